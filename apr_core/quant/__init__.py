@@ -1,0 +1,1 @@
+"""Quantization: dequantize/quantize kernels per dtype, chosen through `registry`."""

@@ -1,0 +1,1 @@
+"""numpy kernels; importing this package registers every one of them in the registry."""
