@@ -20,11 +20,12 @@ from ..errors import AprError, ErrorCode
 from ..io import ByteSource, open_source
 from ..tensor import ModelFile, TensorInfo, check_layout
 from . import flags as F
-from .apr2_layout import (FOOTER_MAGIC, FOOTER_SIZE, HEADER_SIZE, MAGIC, VERSION_MINOR,
-                          Footer, Header, IndexEntry, data_end, parse_footer, parse_header,
-                          parse_index)
+from .apr2_layout import (DEFAULT_MAX_METADATA, FOOTER_MAGIC, FOOTER_SIZE, HEADER_SIZE,
+                          MAGIC, VERSION_MINOR, Footer, Header, IndexEntry, data_end,
+                          parse_footer, parse_header, parse_index)
+# The writer lives in its own module; re-exported so `apr2` is the one entry point.
+from .apr2_writer import WriteResult, write_apr2, write_apr2_bytes
 
-DEFAULT_MAX_METADATA = 100 * 2 ** 20
 DEFAULT_MAX_INDEX = 256 * 2 ** 20
 # The index->data gap is read with the index when at most this long (writers pad < 64).
 MAX_PAD_CHECK = 4096
@@ -318,4 +319,5 @@ def _check_entries(model: AprFile) -> None:
             " (data section start)"))
 
 
-__all__ = ["AprFile", "read_apr2", "DEFAULT_MAX_METADATA", "DEFAULT_MAX_INDEX"]
+__all__ = ["AprFile", "read_apr2", "write_apr2", "write_apr2_bytes", "WriteResult",
+           "DEFAULT_MAX_METADATA", "DEFAULT_MAX_INDEX"]

@@ -33,6 +33,7 @@ FOOTER_SIZE = FOOTER.size            # 16
 SIGNATURE_SIZE = 96                  # Ed25519 signature (64) + public key (32)
 U32_MAX = 0xFFFFFFFF
 MAX_NAME_BYTES = 0xFFFF
+DEFAULT_MAX_METADATA = 100 * 2 ** 20  # readers refuse larger metadata (E008); writers too
 
 _NAME_LEN = struct.Struct("<H")
 _DTYPE_NDIMS = struct.Struct("<BB")
@@ -220,6 +221,7 @@ def _parse_entry(view: memoryview, pos: int, number: int) -> Tuple[int, IndexEnt
 
 __all__ = ["MAGIC", "FOOTER_MAGIC", "VERSION_MAJOR", "VERSION_MINOR", "APR_VERSION_STRING",
            "HEADER_SIZE", "FOOTER_SIZE", "SIGNATURE_SIZE", "U32_MAX", "MAX_NAME_BYTES",
+           "DEFAULT_MAX_METADATA",
            "Header", "Footer", "IndexEntry", "align_up", "trailer_size", "data_end",
            "parse_header", "parse_footer", "entry_size", "index_size", "pack_entry",
            "pack_index", "parse_index"]

@@ -90,7 +90,10 @@ def _parse(out: GGUFFile, cur: Cursor) -> None:
     cur.promise(kv_count * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_INFO_BYTES,
                 "{} key/value pairs and {} tensor infos".format(kv_count, tensor_count))
 
-    for _ in range(kv_count):
+    for index in range(kv_count):
+        # Re-promising what is left keeps read-ahead going without passing the header.
+        cur.promise((kv_count - index) * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_INFO_BYTES,
+                    "metadata")
         key = cur.string("metadata key").decode("utf-8", "surrogateescape")
         if key in out.metadata:
             raise AprError(ErrorCode.FORMAT, "duplicate GGUF metadata key", key=key,
@@ -102,6 +105,7 @@ def _parse(out: GGUFFile, cur: Cursor) -> None:
     relative: List[int] = []
     infos: List[TensorInfo] = []
     for index in range(tensor_count):
+        cur.promise((tensor_count - index) * _MIN_TENSOR_INFO_BYTES, "tensor infos")
         info, offset = _read_tensor_info(cur, index, out.alignment, name)
         if info.name in out.tensors:
             raise AprError(ErrorCode.FORMAT, "duplicate tensor name", tensor=info.name,
@@ -159,6 +163,7 @@ def _read_tensor_info(cur: Cursor, index: int, alignment: int,
     if n_dims > MAX_DIMS:
         raise AprError(ErrorCode.FORMAT, "tensor has too many dimensions", tensor=tensor,
                        n_dims=n_dims, max_dims=MAX_DIMS, source=name)
+    cur.promise(8 * n_dims + 12, tensor)   # dims, type, offset
     dims = struct.unpack("<{}Q".format(n_dims), cur.take(8 * n_dims, tensor))
     dtype = dtypes.from_gguf_id(cur.u32(tensor))
     offset = cur.u64(tensor)

@@ -140,8 +140,10 @@ class Cursor:
     def u64(self, what: str) -> int:
         return _U64.unpack(self.take(8, what))[0]
 
-    def string(self, what: str) -> bytes:
+    def string(self, what: str, after: int = 0) -> bytes:
+        """A length-prefixed string; `after` = bytes known to follow it (for read-ahead)."""
         length = self.u64(what)
+        self.promise(length + after, what)
         return self.take(length, what)
 
 
@@ -178,12 +180,14 @@ def read_value(cur: Cursor, row: ValueType, where: str, depth: int = 0) -> Tuple
     count = cur.u64(where)
     cur.promise(count * elem.size, where)   # every element needs at least elem.size bytes
     if elem is STR:
-        return [decode_str(cur.string(where)) for _ in range(count)], ["arr", "str"]
+        return [decode_str(cur.string(where, (count - index - 1) * STR.size))
+                for index in range(count)], ["arr", "str"]
     if elem is not ARR:
         return _read_scalars(cur, elem, count, where), ["arr", elem.spec]
     items: List[Any] = []
     inner_spec: Spec = "arr"   # an empty array of arrays does not record the inner type
     for index in range(count):
+        cur.promise((count - index) * ARR.size, where)
         item, spec = read_value(cur, ARR, where, depth + 1)
         if index == 0:
             inner_spec = spec

