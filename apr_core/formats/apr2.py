@@ -191,8 +191,9 @@ def _parse(src: ByteSource, max_metadata: int, max_index: int, owns: bool) -> Ap
     unknown = header.flags & ~F.KNOWN_HEADER_FLAGS
     if unknown:
         warnings.append("unknown header flag bits 0x{:08x} ignored".format(unknown))
+    _check_caps(header, max_metadata, max_index)
     footer = _read_footer(src)
-    _check_bounds(header, size, max_metadata, max_index)
+    _check_bounds(header, size)
     index_end = header.index_offset + header.index_size
     pad = header.data_offset - index_end
     block = src.read(HEADER_SIZE, index_end - HEADER_SIZE + (pad if pad <= MAX_PAD_CHECK else 0))
@@ -242,14 +243,18 @@ def _find_displaced_footer(src: ByteSource) -> Optional[int]:
     return None
 
 
-def _check_bounds(header: Header, size: int, max_metadata: int, max_index: int) -> None:
-    """header < metadata < index <= data_offset <= end of tensor data; caps first (E008)."""
+def _check_caps(header: Header, max_metadata: int, max_index: int) -> None:
+    """Refuse oversized metadata or index (E008) before reading anything they claim."""
     if header.metadata_size > max_metadata:
         raise AprError(ErrorCode.MEMORY, "metadata section exceeds the size limit",
                        metadata_size=header.metadata_size, limit=max_metadata)
     if header.index_size > max_index:
         raise AprError(ErrorCode.MEMORY, "tensor index exceeds the size limit",
                        index_size=header.index_size, limit=max_index)
+
+
+def _check_bounds(header: Header, size: int) -> None:
+    """header < metadata < index <= data_offset <= end of tensor data."""
     end = data_end(size, header.flags)
     if header.metadata_offset != HEADER_SIZE:
         raise AprError(ErrorCode.CORRUPT, "metadata must follow the 32-byte header",

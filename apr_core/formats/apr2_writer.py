@@ -119,7 +119,7 @@ def _plan(tensors: Iterable[Any], metadata: dict, alignment: int, flags: int) ->
     items = check_tensors(tensors)
     quantized = any(item.dtype.quantized for item in items)
     items.sort(key=lambda item: item.name_bytes)
-    meta = _encode_metadata(metadata)
+    meta = encode_metadata(metadata)
     idx_size = index_size([(item.name_bytes, len(item.shape)) for item in items])
     index_end = HEADER_SIZE + len(meta) + idx_size
     data_offset = align_up(index_end, alignment)
@@ -161,7 +161,8 @@ def check_tensors(tensors: Iterable[Any]) -> List[PlannedTensor]:
     return items
 
 
-def _encode_metadata(metadata: dict) -> bytes:
+def encode_metadata(metadata: dict) -> bytes:
+    """The metadata section: JSON (ASCII), with "apr_version" added when absent."""
     if not isinstance(metadata, dict):
         raise AprError(ErrorCode.ARGUMENT, "metadata must be a dict",
                        type=type(metadata).__name__)
@@ -232,8 +233,7 @@ def _payload(item: PlannedTensor, codec: int, level: Optional[int]) -> Tuple[Any
                        tensor=item.name_bytes.decode("utf-8"), got=len(view),
                        expected=item.nbytes, shape=item.shape)
     if codec != CODEC_NONE and item.nbytes:
-        encoded = encode_blocks(data if isinstance(data, bytes) else view.tobytes(), codec,
-                                level)
+        encoded = encode_blocks(view, codec, level)
         if len(encoded) < item.nbytes:
             return encoded, item.nbytes, codec
     return view, 0, CODEC_NONE  # written straight from the caller's buffer: no copy
@@ -258,4 +258,4 @@ def _read_back(handle: IO[bytes], size: int, want_sha256: bool) -> Tuple[int, An
 
 
 __all__ = ["write_apr2", "write_apr2_bytes", "parse_compression", "check_tensors",
-           "PlannedTensor", "WriteResult"]
+           "encode_metadata", "PlannedTensor", "WriteResult"]

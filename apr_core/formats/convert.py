@@ -36,7 +36,10 @@ def apr_metadata(model: ModelFile) -> Dict[str, Any]:
     """The model's metadata in APR form, whatever format it was read from."""
     if model.format == "gguf":
         from .gguf import gguf_kv_block
-        return md.from_gguf(gguf_kv_block(model))
+        meta = md.from_gguf(gguf_kv_block(model))
+        # APR indexes are sorted by name; remember GGUF's order so an export restores it.
+        meta["gguf"]["tensor_order"] = list(model.tensors)
+        return meta
     if model.format == "safetensors":
         return md.from_safetensors(model.metadata)
     return dict(model.metadata)
@@ -107,6 +110,7 @@ def convert(source: Any, dest: str, fmt: Optional[str] = None, *,
         elif target == "gguf":
             from .gguf import write_gguf
             kv, types, gguf_alignment = md.to_gguf(meta)
+            tensors = md.gguf_tensor_order(meta, tensors)
             write_gguf(dest, tensors, kv, types, alignment=gguf_alignment, overwrite=overwrite)
         else:
             from .safetensors import write_safetensors

@@ -18,7 +18,7 @@ read by `read_raw`. The writer lives in `gguf_write.py` and is re-exported here.
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 from .. import dtypes
 from ..errors import AprError, ErrorCode
@@ -27,8 +27,10 @@ from ..tensor import MAX_DIMS, ModelFile, TensorInfo, check_layout
 from .gguf_values import (ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, SUPPORTED_VERSIONS,
                           Cursor, Spec, read_value, value_type)
 from .gguf_write import write_gguf, write_gguf_bytes
-# Real headers (vocabularies of 250k tokens with merges) stay well below 64 MiB.
-MAX_HEADER_BYTES = 256 << 20
+
+# Real headers (vocabularies of 250k tokens with merges) stay below ~25 MiB. Decoded into
+# Python objects a header can take up to ~20x its size, hence a cap rather than the file size.
+MAX_HEADER_BYTES = 64 << 20
 _MIN_KV_BYTES = 8 + 4 + 1            # empty key, type, smallest value
 _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8  # empty name, n_dims, type, offset (0 dims)
 _INT64_MAX = (1 << 63) - 1
@@ -102,22 +104,20 @@ def _parse(out: GGUFFile, cur: Cursor) -> None:
         out.metadata[key], out.kv_types[key] = read_value(cur, row, key)
     out.alignment = _alignment(out, name)
 
-    relative: List[int] = []
-    infos: List[TensorInfo] = []
+    relative: List[TensorInfo] = []   # offsets relative to the not yet known data start
     for index in range(tensor_count):
         cur.promise((tensor_count - index) * _MIN_TENSOR_INFO_BYTES, "tensor infos")
-        info, offset = _read_tensor_info(cur, index, out.alignment, name)
+        info = _read_tensor_info(cur, index, out.alignment, name)
         if info.name in out.tensors:
             raise AprError(ErrorCode.FORMAT, "duplicate tensor name", tensor=info.name,
                            source=name)
         out.tensors[info.name] = info
-        infos.append(info)
-        relative.append(offset)
+        relative.append(info)
 
     out.header_size = cur.pos
     out.data_offset = _align_up(cur.pos, out.alignment)
-    for info, offset in zip(infos, relative):
-        out.tensors[info.name] = info._replace(offset=out.data_offset + offset)
+    for info in relative:
+        out.tensors[info.name] = info._replace(offset=out.data_offset + info.offset)
     check_layout(list(out.tensors.values()), out.data_offset, cur.size, source=name)
 
 
@@ -151,8 +151,8 @@ def _alignment(out: GGUFFile, name: str) -> int:
     return value
 
 
-def _read_tensor_info(cur: Cursor, index: int, alignment: int,
-                      name: str) -> Tuple[TensorInfo, int]:
+def _read_tensor_info(cur: Cursor, index: int, alignment: int, name: str) -> TensorInfo:
+    """One tensor info, validated; its offset is still relative to the data section."""
     raw_name = cur.string("tensor name")
     try:
         tensor = raw_name.decode("utf-8")
@@ -165,7 +165,7 @@ def _read_tensor_info(cur: Cursor, index: int, alignment: int,
                        n_dims=n_dims, max_dims=MAX_DIMS, source=name)
     cur.promise(8 * n_dims + 12, tensor)   # dims, type, offset
     dims = struct.unpack("<{}Q".format(n_dims), cur.take(8 * n_dims, tensor))
-    dtype = dtypes.from_gguf_id(cur.u32(tensor))
+    type_id = cur.u32(tensor)
     offset = cur.u64(tensor)
     # llama.cpp holds dims and the element count in int64: anything larger is corrupt.
     count = 1
@@ -178,8 +178,12 @@ def _read_tensor_info(cur: Cursor, index: int, alignment: int,
         raise AprError(ErrorCode.FORMAT, "tensor data offset is not aligned", tensor=tensor,
                        offset=offset, alignment=alignment, source=name)
     shape = tuple(reversed(dims))
-    size = dtype.nbytes(shape)   # raises for rows that are not whole blocks
-    return TensorInfo(tensor, dtype, shape, offset, size), offset
+    try:
+        dtype = dtypes.from_gguf_id(type_id)
+        size = dtype.nbytes(shape)   # raises for rows that are not whole blocks
+    except AprError as exc:
+        raise AprError(exc.code, exc.message, tensor=tensor, source=name, **exc.context)
+    return TensorInfo(tensor, dtype, shape, offset, size)
 
 
 def _align_up(value: int, alignment: int) -> int:

@@ -185,18 +185,34 @@ def read_value(cur: Cursor, row: ValueType, where: str, depth: int = 0) -> Tuple
     if elem is not ARR:
         return _read_scalars(cur, elem, count, where), ["arr", elem.spec]
     items: List[Any] = []
-    inner_spec: Spec = "arr"   # an empty array of arrays does not record the inner type
+    inner_spec: Optional[Spec] = None
     for index in range(count):
         cur.promise((count - index) * ARR.size, where)
         item, spec = read_value(cur, ARR, where, depth + 1)
-        if index == 0:
-            inner_spec = spec
-        elif spec != inner_spec:
+        merged = spec if inner_spec is None else _merge_specs(inner_spec, spec)
+        if merged is None:
             raise AprError(ErrorCode.UNSUPPORTED, "nested GGUF arrays of differing element "
                            "types cannot be represented", key=where, first=inner_spec,
                            other=spec, index=index)
+        inner_spec = merged
         items.append(item)
-    return items, ["arr", inner_spec]
+    # An empty array of arrays does not record the inner element type: bare "arr".
+    return items, ["arr", "arr" if inner_spec is None else inner_spec]
+
+
+def _merge_specs(a: Spec, b: Spec) -> Optional[Spec]:
+    """The one spec both inner arrays fit, or None. Bare "arr" (an empty array of arrays,
+    inner type unrecorded) fits any array spec, so `[[[1]], []]` reads back consistently."""
+    if a == b:
+        return a
+    if a == "arr" and isinstance(b, list):
+        return b
+    if b == "arr" and isinstance(a, list):
+        return a
+    if isinstance(a, list) and isinstance(b, list):
+        inner = _merge_specs(a[1], b[1])
+        return None if inner is None else ["arr", inner]
+    return None
 
 
 def _read_scalars(cur: Cursor, row: ValueType, count: int, where: str) -> List[Any]:
@@ -333,6 +349,7 @@ def _pack_scalars(values: Any, row: ValueType, where: str) -> bytes:
                        key=where, spec=row.spec)
 
 
-__all__ = ["GGUF_MAGIC", "SUPPORTED_VERSIONS", "DEFAULT_ALIGNMENT", "ALIGNMENT_KEY", "ValueType", "BY_ID", "BY_SPEC", "MAX_ARRAY_DEPTH", "Cursor", "value_type",
+__all__ = ["GGUF_MAGIC", "SUPPORTED_VERSIONS", "DEFAULT_ALIGNMENT", "ALIGNMENT_KEY",
+           "ValueType", "BY_ID", "BY_SPEC", "MAX_ARRAY_DEPTH", "Cursor", "value_type",
            "read_value", "normalize_spec", "infer_spec", "encode_value", "spec_type_id",
-           "decode_str", "encode_str"]
+           "decode_str", "encode_str", "Spec"]

@@ -10,9 +10,11 @@ listed under `packed_tensors` with their real dtype and shape.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
 from ..errors import AprError, ErrorCode
+
+T = TypeVar("T")
 
 APR_VERSION = "2.0.0"
 ST_APR_KEY = "apr.metadata"
@@ -92,6 +94,15 @@ def to_gguf(meta: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[Dict[str, An
         if apr_key in architecture:
             kv["{}.{}".format(arch, suffix)] = architecture[apr_key]
     return kv, None, 32
+
+
+def gguf_tensor_order(meta: Dict[str, Any], tensors: List[T]) -> List[T]:
+    """`tensors` in the order the source GGUF had them (unknown names keep their place after)."""
+    order = (meta.get("gguf") or {}).get("tensor_order")
+    if not isinstance(order, list):
+        return list(tensors)
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(tensors, key=lambda t: rank.get(t.name, len(rank)))
 
 
 def to_safetensors(meta: Dict[str, Any]) -> Dict[str, str]:

@@ -124,6 +124,11 @@ def _check_shard_name(file_name: str, source: str) -> None:
             or ":" in parts[0] or "\x00" in file_name):
         raise AprError(ErrorCode.FORMAT, "weight_map names a file outside the model "
                        "directory", shard=file_name, source=source)
+    if not file_name.endswith(".safetensors"):
+        # Never hand a pickle (.bin) or anything else to the SafeTensors parser by way of
+        # an index (huggingface_hub refuses it too).
+        raise AprError(ErrorCode.FORMAT, "weight_map names a file that is not .safetensors",
+                       shard=file_name, source=source)
 
 
 def _file_opener(directory: str) -> Opener:

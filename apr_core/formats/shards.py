@@ -24,7 +24,7 @@ from ..tensor import ModelFile, TensorInfo
 from . import flags as F
 from .apr2 import AprFile, read_apr2
 from .apr2_layout import FOOTER_SIZE, HEADER_SIZE, align_up, entry_size
-from .apr2_writer import WriteResult, check_tensors, write_apr2
+from .apr2_writer import WriteResult, check_tensors, encode_metadata, write_apr2
 
 DEFAULT_SHARD_SIZE = 2 * 2 ** 30
 SHARD_KEYS = ("sharded", "shard_count", "shards", "tensor_shard_map")
@@ -61,9 +61,7 @@ def write_sharded(manifest_path: Any, tensors: Iterable[Any], metadata: dict,
     `max_shard_size`. A tensor larger than that gets a shard of its own.
     """
     items = check_tensors(tensors)  # global checks: names must be unique across shards
-    if not isinstance(metadata, dict):
-        raise AprError(ErrorCode.ARGUMENT, "metadata must be a dict",
-                       type=type(metadata).__name__)
+    encode_metadata(metadata)  # fail before writing any shard
     budget = max_shard_size - _SHARD_OVERHEAD
     if budget <= 0:
         raise AprError(ErrorCode.ARGUMENT, "max_shard_size too small",

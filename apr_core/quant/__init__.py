@@ -1,1 +1,11 @@
-"""Quantization: dequantize/quantize kernels per dtype, chosen through `registry`."""
+"""Quantization: dequantize/quantize kernels per dtype, chosen through `registry`.
+
+The public API lives in `api` and is re-exported here:
+`dequantize`, `dequantize_raw`, `dequantize_rows`, `quantize`, `supported_types`.
+"""
+from __future__ import annotations
+
+from .api import (dequantize, dequantize_raw, dequantize_rows, quantize,  # noqa: F401
+                  supported_types)
+
+__all__ = ["dequantize", "dequantize_raw", "dequantize_rows", "quantize", "supported_types"]

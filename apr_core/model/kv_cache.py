@@ -1,0 +1,64 @@
+"""Key/value cache: preallocated per-layer arrays that decode steps append to.
+
+Keys are cached *after* RoPE (seed 004 §3, F-REALIZE-003), so a decode step rotates only
+its own new key. Layout per layer is `[n_kv_heads, capacity, head_dim]`: attention reads
+one contiguous `[L, head_dim]` slab per KV head. The arrays are allocated once with
+`np.zeros`, which the OS backs lazily, so an unused tail of the capacity costs nothing.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import numpy as np
+
+from ..errors import AprError, ErrorCode
+
+
+class KVCache:
+    """Per-layer K and V for positions `0 .. length-1` of one sequence."""
+
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int) -> None:
+        if capacity <= 0:
+            raise AprError(ErrorCode.ARGUMENT, "KV cache capacity must be positive",
+                           capacity=capacity)
+        self.capacity = int(capacity)
+        self.length = 0
+        shape = (n_kv_heads, self.capacity, head_dim)
+        self.k: List[np.ndarray] = [np.zeros(shape, np.float32) for _ in range(n_layers)]
+        self.v: List[np.ndarray] = [np.zeros(shape, np.float32) for _ in range(n_layers)]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+
+    def check_room(self, n_new: int) -> None:
+        """AprError(MEMORY) unless `n_new` more positions fit."""
+        if self.length + n_new > self.capacity:
+            raise AprError(ErrorCode.MEMORY, "context is full: KV cache capacity exceeded",
+                           length=self.length, new=n_new, capacity=self.capacity)
+
+    def store(self, layer: int, k: np.ndarray, v: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Write `k, v [T, n_kv, hd]` at positions `length .. length+T-1` of `layer`; return
+        views of all keys and values so far, each `[n_kv, length+T, hd]`. `length` moves
+        on only at `advance`, once every layer has stored its part of the step."""
+        t = k.shape[0]
+        end = self.length + t
+        self.k[layer][:, self.length:end] = k.transpose(1, 0, 2)      # [T, n_kv, hd] -> [n_kv, T, hd]
+        self.v[layer][:, self.length:end] = v.transpose(1, 0, 2)
+        return self.k[layer][:, :end], self.v[layer][:, :end]
+
+    def advance(self, n_new: int) -> None:
+        self.length += n_new
+
+    def truncate(self, length: int) -> None:
+        """Forget positions from `length` on (e.g. to re-use a shared prompt prefix)."""
+        if not 0 <= length <= self.length:
+            raise AprError(ErrorCode.ARGUMENT, "cannot truncate the KV cache beyond its length",
+                           length=length, current=self.length)
+        self.length = length
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+__all__ = ["KVCache"]

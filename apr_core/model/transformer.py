@@ -1,0 +1,289 @@
+"""The decoder-only transformer: load from any ModelFile, run prefill and decode steps.
+
+    model = Transformer.from_model_file(open_model("SmolLM2.gguf"))
+    cache = model.new_cache(256)
+    logits = model.forward(prompt_ids, cache)          # [T, n_vocab], prefill
+    logits = model.forward([next_id], cache)           # [1, n_vocab], one decode step
+
+Loading goes config (config.py) -> contract check of every tensor's presence and shape
+(families.py) -> weights (weights.py: projections stay quantized unless
+`dequantize_at_load=True`). One block implementation serves every family; the config
+switches its parts (fused QKV, biases, Q/K norms, sandwich norms, gated MLP, learned
+positions, sliding-window layers).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import AprError, ErrorCode
+from ..quant import dequantize
+from ..tensor import ModelFile
+from .config import ModelConfig, config_from_apr, config_from_gguf, config_from_hf
+from .families import Family, Resolved, contracts, resolve_tensors
+from .kv_cache import KVCache
+from .layers import ACTIVATION_FNS, Norm, Rope, attention, rms_norm
+from .weights import Linear
+
+# Projection role -> its bias role; norm role -> its bias role (contract role names).
+LINEAR_BIAS = {"q": "q_bias", "k": "k_bias", "v": "v_bias", "qkv": "qkv_bias",
+               "o": "o_bias", "gate": None, "up": "up_bias", "down": "down_bias"}
+NORM_BIAS = {"attn_norm": "attn_norm_bias", "ffn_norm": "ffn_norm_bias",
+             "post_attn_norm": None, "post_ffn_norm": None}
+
+
+class Block:
+    """One decoder layer's weights; roles absent from the family are None."""
+
+    def __init__(self, index: int, sliding: bool) -> None:
+        self.index = index
+        self.sliding = sliding
+        self.linears: Dict[str, Optional[Linear]] = {}
+        self.norms: Dict[str, Optional[Norm]] = {}
+        self.q_norm: Optional[np.ndarray] = None    # [head_dim]
+        self.k_norm: Optional[np.ndarray] = None    # [head_dim]
+
+
+class Transformer:
+    """A loaded model. `forward(token_ids, cache)` -> logits `[T, n_vocab]` float32."""
+
+    def __init__(self, config: ModelConfig, embedding: Linear, lm_head: Linear,
+                 output_norm: Norm, blocks: List[Block],
+                 position_embedding: Optional[Linear] = None,
+                 rope_freqs: Optional[np.ndarray] = None) -> None:
+        self.config = config
+        self.embedding = embedding
+        self.lm_head = lm_head
+        self.output_norm = output_norm
+        self.blocks = blocks
+        self.position_embedding = position_embedding
+        self.ropes: Dict[str, Rope] = {}
+        if config.positions == "rope":
+            self.ropes["full"] = Rope(config.rope_dim, config.rope_theta, config.rope_style,
+                                      config.rope_scaling, rope_freqs)
+            # Sliding layers with their own theta (Gemma 3) use plain, unscaled RoPE.
+            self.ropes["sliding"] = self.ropes["full"] if config.rope_theta_local is None \
+                else Rope(config.rope_dim, config.rope_theta_local, config.rope_style,
+                          type(config.rope_scaling)())
+        self.attn_scale = config.attn_scale or config.head_dim ** -0.5
+        self.act = ACTIVATION_FNS[config.act]
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_model_file(cls, model_file: ModelFile, dequantize_at_load: bool = False,
+                        hf_config: Optional[Dict[str, Any]] = None) -> "Transformer":
+        """Load weights from an open ModelFile (APR, GGUF, SafeTensors).
+
+        `hf_config` is the transformers config.json dict, needed for SafeTensors files
+        (which carry no hyperparameters). Every tensor is checked against the family
+        contract before weights are read. Projections stay quantized in memory unless
+        `dequantize_at_load`.
+        """
+        config = model_config(model_file, hf_config)
+        family = Family(config.arch, contracts()[config.arch])
+        where = resolve_tensors(family, config.source, config.dims(), config.flags(),
+                                config.n_layers, model_file.tensors)
+        return _Loader(model_file, config, where, dequantize_at_load).build(cls)
+
+    @classmethod
+    def from_path(cls, path: str, dequantize_at_load: bool = False) -> "Transformer":
+        """Load a model file or a Hugging Face model directory (weights + config.json)."""
+        from ..formats.open import open_model
+        hf_config = None
+        if os.path.isdir(path):
+            hf_config = read_hf_config(path)
+        with open_model(path) as model_file:
+            return cls.from_model_file(model_file, dequantize_at_load, hf_config)
+
+    # ------------------------------------------------------------------ running
+
+    def new_cache(self, capacity: Optional[int] = None) -> KVCache:
+        """A KV cache for up to `capacity` positions (default: the model's context)."""
+        cfg = self.config
+        size = min(int(capacity or cfg.max_ctx), cfg.max_ctx)
+        return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, size)
+
+    def forward(self, token_ids: Sequence[int], cache: Optional[KVCache] = None,
+                last_only: bool = False) -> np.ndarray:
+        """Run `token_ids` after whatever `cache` holds; return logits `[T, n_vocab]`
+        (`[1, n_vocab]` for the last position only when `last_only`). Without a cache the
+        tokens are a whole sequence from position 0."""
+        cfg = self.config
+        ids = np.asarray(token_ids, np.int64).reshape(-1)
+        if ids.size == 0:
+            raise AprError(ErrorCode.ARGUMENT, "forward needs at least one token")
+        if ids.min() < 0 or ids.max() >= cfg.n_vocab:
+            raise AprError(ErrorCode.ARGUMENT, "token id outside the vocabulary",
+                           n_vocab=cfg.n_vocab, min=int(ids.min()), max=int(ids.max()))
+        if cache is None:
+            cache = self.new_cache(ids.size)
+        cache.check_room(ids.size)
+        start = cache.length
+        positions = np.arange(start, start + ids.size)                # [T]
+        x = self.embedding.rows(ids)                                   # [T, d_model]
+        if cfg.embed_scale != 1.0:
+            x = x * np.float32(cfg.embed_scale)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding.rows(positions)            # learned positions
+        tables = {kind: rope.tables(positions) for kind, rope in self.ropes.items()}
+        for block in self.blocks:
+            x = self._block(block, x, positions, cache, tables)
+        cache.advance(ids.size)
+        if last_only:
+            x = x[-1:]
+        return self.lm_head.matmul(self.output_norm(x))               # [T, d] -> [T, n_vocab]
+
+    def _block(self, block: Block, x: np.ndarray, positions: np.ndarray, cache: KVCache,
+               tables: Dict[str, Any]) -> np.ndarray:
+        cfg = self.config
+        lin, norms = block.linears, block.norms
+        h = norms["attn_norm"](x)                                      # [T, d]
+        if lin.get("qkv") is not None:
+            qkv = lin["qkv"].matmul(h)                                 # [T, q_dim + 2 kv_dim]
+            q, k, v = np.split(qkv, [cfg.q_dim, cfg.q_dim + cfg.kv_dim], axis=1)
+        else:
+            q, k, v = lin["q"].matmul(h), lin["k"].matmul(h), lin["v"].matmul(h)
+        t = x.shape[0]
+        q = q.reshape(t, cfg.n_heads, cfg.head_dim)                    # [T, H, hd]
+        k = k.reshape(t, cfg.n_kv_heads, cfg.head_dim)                 # [T, n_kv, hd]
+        v = v.reshape(t, cfg.n_kv_heads, cfg.head_dim)
+        if block.q_norm is not None:
+            q = rms_norm(q, block.q_norm, cfg.norm_eps)
+            k = rms_norm(k, block.k_norm, cfg.norm_eps)
+        kind = "sliding" if block.sliding else "full"
+        if self.ropes:
+            cos, sin = tables[kind]
+            q = self.ropes[kind].apply(q, cos, sin)
+            k = self.ropes[kind].apply(k, cos, sin)
+        k_all, v_all = cache.store(block.index, k, v)                  # [n_kv, L, hd]
+        window = cfg.sliding_window if block.sliding else None
+        a = attention(q, k_all, v_all, positions, self.attn_scale, window)   # [T, q_dim]
+        a = lin["o"].matmul(a)                                         # [T, d]
+        if norms.get("post_attn_norm") is not None:
+            a = norms["post_attn_norm"](a)
+        x = x + a
+        h = norms["ffn_norm"](x)
+        if lin.get("gate") is not None:
+            m = self.act(lin["gate"].matmul(h)) * lin["up"].matmul(h)  # [T, d_ff]
+        else:
+            m = self.act(lin["up"].matmul(h))
+        m = lin["down"].matmul(m)                                      # [T, d_ff] -> [T, d]
+        if norms.get("post_ffn_norm") is not None:
+            m = norms["post_ffn_norm"](m)
+        return x + m
+
+    def memory_report(self) -> Dict[str, int]:
+        """Bytes held by projection weights, split by quantized vs dense storage."""
+        seen: Dict[int, Linear] = {}
+        for linear in [self.embedding, self.lm_head, self.position_embedding] + [
+                l for b in self.blocks for l in b.linears.values()]:
+            if linear is not None:
+                seen[id(linear)] = linear
+        quantized = sum(l.nbytes for l in seen.values() if l.quantized_in_memory)
+        dense = sum(l.nbytes for l in seen.values() if not l.quantized_in_memory)
+        return {"quantized_bytes": quantized, "dense_bytes": dense, "linears": len(seen)}
+
+
+def read_hf_config(directory: str) -> Dict[str, Any]:
+    """`config.json` of a Hugging Face model directory, or AprError(NOT_FOUND/FORMAT)."""
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            cfg = json.load(handle)
+    except OSError:
+        raise AprError(ErrorCode.NOT_FOUND, "model directory has no config.json", path=path)
+    except ValueError as exc:
+        raise AprError(ErrorCode.FORMAT, "config.json is not valid JSON", path=path,
+                       reason=str(exc))
+    if not isinstance(cfg, dict):
+        raise AprError(ErrorCode.FORMAT, "config.json is not a JSON object", path=path)
+    return cfg
+
+
+def model_config(model_file: ModelFile, hf_config: Optional[Dict[str, Any]] = None
+                 ) -> ModelConfig:
+    """The ModelConfig of an open file: GGUF KV, HF config.json (SafeTensors) or APR."""
+    names = model_file.tensors
+    if hf_config is not None:
+        return config_from_hf(hf_config, names)
+    if model_file.format == "gguf":
+        return config_from_gguf(model_file.metadata, names)
+    if model_file.format == "safetensors":
+        raise AprError(ErrorCode.NOT_FOUND, "SafeTensors weights need the model's config.json "
+                       "(open the model directory, or pass hf_config)")
+    return config_from_apr(model_file.metadata, names)
+
+
+class _Loader:
+    """Reads the resolved tensors into a Transformer (shared Linears for tied weights)."""
+
+    def __init__(self, model_file: ModelFile, config: ModelConfig,
+                 where: Dict[Any, Optional[Resolved]], dense: bool) -> None:
+        self.file = model_file
+        self.config = config
+        self.where = where
+        self.dense = dense
+        self.linears: Dict[str, Linear] = {}
+
+    def vector(self, layer: int, role: Optional[str], offset: float = 0.0
+               ) -> Optional[np.ndarray]:
+        found = self.where.get((layer, role)) if role else None
+        if found is None:
+            return None
+        raw = self.file.read_raw(found.name)
+        values = np.array(dequantize(raw.data, raw.dtype, raw.shape), np.float32).reshape(-1)
+        return values + np.float32(offset) if offset else values
+
+    def linear(self, layer: int, role: str, bias_role: Optional[str] = None,
+               dense: Optional[bool] = None) -> Optional[Linear]:
+        found = self.where.get((layer, role))
+        if found is None:
+            return None
+        if found.name in self.linears:
+            return self.linears[found.name]
+        bias = self.vector(layer, bias_role)
+        raw = self.file.read_raw(found.name)
+        if found.transposed:   # HF Conv1D [in, out]: decode and transpose once
+            weight = dequantize(raw.data, raw.dtype, raw.shape).T      # [out, in]
+            made = Linear.from_dense(found.name, weight, bias)
+        else:
+            made = Linear(found.name, raw.data, raw.dtype, raw.shape, bias,
+                          dense=self.dense if dense is None else dense)
+        self.linears[found.name] = made
+        return made
+
+    def norm(self, layer: int, role: str, bias_role: Optional[str] = None) -> Optional[Norm]:
+        cfg = self.config
+        weight = self.vector(layer, role, cfg.norm_weight_offset)
+        if weight is None:
+            return None
+        return Norm(cfg.norm, weight, self.vector(layer, bias_role), cfg.norm_eps)
+
+    def build(self, cls: Any) -> Transformer:
+        cfg = self.config
+        blocks = []
+        for i in range(cfg.n_layers):
+            block = Block(i, cfg.layer_types[i] == "sliding")
+            for role, bias_role in LINEAR_BIAS.items():
+                block.linears[role] = self.linear(i, role, bias_role)
+            for role, bias_role in NORM_BIAS.items():
+                block.norms[role] = self.norm(i, role, bias_role)
+            block.q_norm = self.vector(i, "q_norm", cfg.norm_weight_offset)
+            block.k_norm = self.vector(i, "k_norm", cfg.norm_weight_offset)
+            blocks.append(block)
+        embedding = self.linear(-1, "embedding")
+        lm_head = self.linear(-1, "lm_head")
+        if embedding is None or lm_head is None:
+            raise AprError(ErrorCode.NOT_FOUND, "the family contract names no embedding or "
+                           "LM head for this source", family=cfg.arch, source=cfg.source)
+        position = self.linear(-1, "position_embedding")
+        output_norm = self.norm(-1, "output_norm", "output_norm_bias")
+        return cls(cfg, embedding, lm_head, output_norm, blocks, position,
+                   self.vector(-1, "rope_freqs"))
+
+
+__all__ = ["Transformer", "Block", "model_config", "read_hf_config"]

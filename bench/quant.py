@@ -1,0 +1,125 @@
+"""Quantization benchmark: apr's numpy kernels against gguf-py, measured in the same run.
+
+    python bench/quant.py [--mb 16] [--repeat 3] [--types Q4_0,Q4_K]
+
+`bench_dequantize()` times `apr_core.quant.dequantize` and `gguf.quants.dequantize` on the
+same random block bytes (at least `--mb` MB of float32 output per type) and returns one
+row per type: MB/s of float32 output for each side and apr's speed ratio. Random bytes
+are fair to both sides: f16 scales never yield float32 subnormals, so NaN/Inf scales do
+not hit slow paths. Types gguf-py cannot decode show "-" for it. For F32 gguf-py returns
+a view of the input (as apr does), so that row measures call overhead only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from apr_core import dtypes  # noqa: E402
+from apr_core.quant import dequantize, supported_types  # noqa: E402
+from bench.quant_quantize import bench_quantize  # noqa: E402
+
+ROW_ELEMENTS = 4096  # a whole number of blocks for every block size (1, 32, 256)
+
+
+def _best_seconds(fns: List[Optional[Callable[[], object]]], repeat: int) -> List[Optional[float]]:
+    """Best CPU time of each function; runs alternate so load changes hit all alike.
+
+    CPU time (`process_time`, which counts page faults too) rather than wall time: both
+    sides are single-threaded, and on a shared machine waiting for a core is not work.
+    """
+    best: List[Optional[float]] = [None if fn is None else float("inf") for fn in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            if fn is None:
+                continue
+            start = time.process_time()
+            fn()
+            best[i] = min(best[i], time.process_time() - start)  # type: ignore[type-var]
+    return best
+
+
+def _gguf_dequantizer(dtype: dtypes.DType) -> Optional[Callable[[np.ndarray], np.ndarray]]:
+    """gguf-py's dequantize for `dtype`, or None when gguf-py is absent or lacks the type."""
+    try:
+        from gguf import GGMLQuantizationType
+        from gguf.quants import dequantize as gguf_dequantize
+    except ImportError:
+        return None
+    if dtype.gguf_id is None:
+        return None
+    try:
+        qtype = GGMLQuantizationType(dtype.gguf_id)
+    except ValueError:
+        return None
+    probe = np.zeros((1, dtype.type_size), np.uint8)
+    try:
+        gguf_dequantize(probe, qtype)
+    except (NotImplementedError, ValueError):
+        return None
+    return lambda rows: gguf_dequantize(rows, qtype)
+
+
+def bench_dequantize(mb: float = 16.0, repeat: int = 3,
+                     types: Optional[List[str]] = None) -> List[Dict[str, object]]:
+    """Per type: {"type", "apr_mbps", "gguf_mbps" (or None), "ratio" (or None)}."""
+    rng = np.random.RandomState(0)
+    rows_out = []
+    for name in types or supported_types("dequantize"):
+        dtype = dtypes.by_name(name)
+        n_rows = max(1, int(mb * 1e6 / 4 / ROW_ELEMENTS + 0.999))
+        shape = (n_rows, ROW_ELEMENTS)
+        data = rng.randint(0, 256, dtype.nbytes(shape), dtype=np.uint8)
+        out_mb = n_rows * ROW_ELEMENTS * 4 / 1e6
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            gguf = _gguf_dequantizer(dtype)
+            byte_rows = data.reshape(n_rows, -1)
+            apr_s, gguf_s = _best_seconds(
+                [lambda: dequantize(data, dtype, shape),
+                 None if gguf is None else lambda: gguf(byte_rows)], repeat)
+        apr_mbps = out_mb / apr_s
+        gguf_mbps = out_mb / gguf_s if gguf_s else None
+        rows_out.append({"type": name, "apr_mbps": apr_mbps, "gguf_mbps": gguf_mbps,
+                         "ratio": apr_mbps / gguf_mbps if gguf_mbps else None})
+    return rows_out
+
+
+def _print_table(title: str, rows: List[Dict[str, object]]) -> None:
+    print(title)
+    print("{:<9} {:>12} {:>12} {:>8}".format("type", "apr MB/s", "gguf MB/s", "ratio"))
+    for row in rows:
+        gguf = row["gguf_mbps"]
+        ratio = row["ratio"]
+        print("{:<9} {:>12.0f} {:>12} {:>8}".format(
+            row["type"], row["apr_mbps"],
+            "-" if gguf is None else "{:.0f}".format(gguf),
+            "-" if ratio is None else "{:.2f}x".format(ratio)))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=16.0, help="MB of float32 output per type")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per side (best kept)")
+    parser.add_argument("--types", default="", help="comma-separated dtype names (default: all)")
+    args = parser.parse_args(argv)
+    types = [t.strip().upper() for t in args.types.split(",") if t.strip()] or None
+    _print_table("dequantize (MB/s of float32 output, numpy {})".format(np.__version__),
+                 bench_dequantize(args.mb, args.repeat, types))
+    print("F32: both sides return a view of the input; that row times call overhead only.")
+    quantize_types = [t for t in types if t in supported_types("quantize")] if types else None
+    if quantize_types != []:
+        _print_table("quantize (MB/s of float32 input, numpy {})".format(np.__version__),
+                     bench_quantize(args.mb, args.repeat, quantize_types))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

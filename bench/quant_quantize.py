@@ -1,0 +1,73 @@
+"""Quantize half of the quantization benchmark (`bench/quant.py` calls `bench_quantize`).
+
+`bench_quantize()` times `apr_core.quant.quantize` and `gguf.quants.quantize` on the same
+random float32 rows (normal distribution, at least `mb` MB of float32 input per type) and
+returns one row per type: MB/s of float32 input for each side and apr's speed ratio.
+gguf-py has numpy quantizers for F16, BF16 and the 32-element block types only; the
+K-quants show "-" for it (their peer is ggml's C, which is not a numpy peer).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from apr_core import dtypes
+from apr_core.quant import quantize, supported_types
+
+ROW_ELEMENTS = 4096  # a whole number of blocks for every block size (1, 32, 256)
+
+
+def _best_seconds(fns: List[Optional[Callable[[], object]]], repeat: int) -> List[Optional[float]]:
+    """Best CPU time of each function, runs alternating (see bench/quant.py for why CPU)."""
+    best: List[Optional[float]] = [None if fn is None else float("inf") for fn in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            if fn is None:
+                continue
+            start = time.process_time()
+            fn()
+            best[i] = min(best[i], time.process_time() - start)  # type: ignore[type-var]
+    return best
+
+
+def _gguf_quantizer(dtype: dtypes.DType) -> Optional[Callable[[np.ndarray], np.ndarray]]:
+    """gguf-py's quantize for `dtype`, or None when gguf-py is absent or lacks the type."""
+    try:
+        from gguf import GGMLQuantizationType
+        from gguf.quants import quantize as gguf_quantize
+    except ImportError:
+        return None
+    if dtype.gguf_id is None:
+        return None
+    try:
+        qtype = GGMLQuantizationType(dtype.gguf_id)
+        gguf_quantize(np.zeros((1, dtype.block_size * 8), np.float32), qtype)
+    except (NotImplementedError, ValueError, TypeError, KeyError):
+        return None
+    return lambda rows: gguf_quantize(rows, qtype)
+
+
+def bench_quantize(mb: float = 16.0, repeat: int = 3,
+                   types: Optional[List[str]] = None) -> List[Dict[str, object]]:
+    """Per type: {"type", "apr_mbps", "gguf_mbps" (or None), "ratio" (or None)}."""
+    rng = np.random.RandomState(0)
+    n_rows = max(1, int(mb * 1e6 / 4 / ROW_ELEMENTS + 0.999))
+    values = rng.standard_normal((n_rows, ROW_ELEMENTS)).astype(np.float32)
+    in_mb = values.nbytes / 1e6
+    rows_out = []
+    for name in types or supported_types("quantize"):
+        dtype = dtypes.by_name(name)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            gguf = _gguf_quantizer(dtype)
+            apr_s, gguf_s = _best_seconds(
+                [lambda: quantize(values, dtype),
+                 None if gguf is None else lambda: gguf(values)], repeat)
+        apr_mbps = in_mb / apr_s
+        gguf_mbps = in_mb / gguf_s if gguf_s else None
+        rows_out.append({"type": name, "apr_mbps": apr_mbps, "gguf_mbps": gguf_mbps,
+                         "ratio": apr_mbps / gguf_mbps if gguf_mbps else None})
+    return rows_out

@@ -1,0 +1,199 @@
+"""Transformer parity against transformers + torch (float32) on tiny random-weight models.
+
+Each family is built by transformers from a real config class (shapes cut down), saved as a
+Hugging Face directory (config.json + model.safetensors), loaded by apr through
+`open_model(dir)` and checked position by position: max |logit difference| <= 1e-3 on a
+12-token prompt, and prefill + token-by-token decode through the KV cache equal to the full
+recompute within 1e-5 (seed 004 §12). The same weights written as GGUF files the way
+llama.cpp's converter writes them (LLaMA: Q/K rows permuted, interleaved RoPE; Qwen2: not
+permuted, NeoX RoPE) prove the per-source RoPE table.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from apr_core.model import Transformer  # noqa: E402
+
+pytestmark = [pytest.mark.oracle]
+
+PROMPT = [3, 17, 200, 45, 9, 128, 77, 5, 250, 61, 33, 140]
+SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2)
+
+
+def _llama():
+    return transformers.LlamaConfig(rope_theta=100000.0, tie_word_embeddings=True, **SMALL)
+
+
+def _llama3_scaled():
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+               "rope_theta": 500000.0}
+    return transformers.LlamaConfig(rope_parameters=scaling, attention_bias=True, **SMALL)
+
+
+def _qwen2():
+    return transformers.Qwen2Config(rope_theta=1000000.0, **SMALL)
+
+
+def _mistral():
+    return transformers.MistralConfig(sliding_window=4, **SMALL)
+
+
+def _gpt2():
+    return transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                   n_positions=64, bos_token_id=1, eos_token_id=2)
+
+
+def _gemma3():
+    params = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    return transformers.Gemma3TextConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=7,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, sliding_window=4,
+        query_pre_attn_scalar=24, rope_parameters=params)
+
+
+FAMILIES = {"llama": _llama, "llama3_scaled": _llama3_scaled, "qwen2": _qwen2,
+            "mistral": _mistral, "gpt2": _gpt2, "gemma3": _gemma3}
+
+
+def build_hf_model(config, directory):
+    """A random float32 model saved to `directory`; returns it in eval mode."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = model.float().eval()
+    with torch.no_grad():
+        for _name, param in model.named_parameters():
+            # Random init leaves norms at 1 (Gemma: 0) and biases at 0, which would hide
+            # a missing norm offset or bias: perturb everything.
+            param.add_(torch.randn_like(param) * 0.05)
+    model.save_pretrained(str(directory))
+    return model
+
+
+def torch_logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family_case(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(request.param)
+    model = build_hf_model(FAMILIES[request.param](), directory)
+    return request.param, directory, model
+
+
+def test_logits_match_transformers(family_case):
+    name, directory, model = family_case
+    ours = Transformer.from_path(str(directory))
+    expected = torch_logits(model, PROMPT)
+    got = ours.forward(PROMPT)
+    assert got.shape == expected.shape == (len(PROMPT), 256)
+    delta = float(np.abs(got - expected).max())
+    print("{}: max |delta| = {:.3g}".format(name, delta))
+    assert delta <= 1e-3, name
+
+
+def test_kv_cache_decode_equals_full_recompute(family_case):
+    name, directory, _model = family_case
+    ours = Transformer.from_path(str(directory))
+    full = ours.forward(PROMPT)
+    cache = ours.new_cache(len(PROMPT))
+    steps = [ours.forward(PROMPT[:5], cache)]
+    for token in PROMPT[5:]:
+        steps.append(ours.forward([token], cache))
+    incremental = np.concatenate(steps, axis=0)
+    assert cache.length == len(PROMPT)
+    assert float(np.abs(incremental - full).max()) <= 1e-5, name
+
+
+def test_dequantize_at_load_gives_the_same_logits(family_case):
+    _name, directory, _model = family_case
+    lazy = Transformer.from_path(str(directory)).forward(PROMPT)
+    dense = Transformer.from_path(str(directory), dequantize_at_load=True).forward(PROMPT)
+    assert float(np.abs(lazy - dense).max()) <= 1e-5
+
+
+def test_sliding_window_changes_mistral_logits(tmp_path):
+    """The window really is applied: with it removed, late positions differ from torch."""
+    config = _mistral()
+    model = build_hf_model(config, tmp_path)
+    ours = Transformer.from_path(str(tmp_path))
+    assert ours.config.sliding_window == 4
+    assert set(ours.config.layer_types) == {"sliding"}
+    expected = torch_logits(model, PROMPT)
+    assert float(np.abs(ours.forward(PROMPT) - expected).max()) <= 1e-3
+    for block in ours.blocks:
+        block.sliding = False
+    assert float(np.abs(ours.forward(PROMPT)[4:] - expected[4:]).max()) > 1e-3
+
+
+# --------------------------------------------------------------------------- GGUF naming
+
+def _permute_for_llama_cpp(weight, n_head):
+    """The row order llama.cpp's converter gives LLaMA Q/K weights: within each head the
+    two rotary halves are interleaved, so ggml's adjacent-pair RoPE applies."""
+    rows, cols = weight.shape
+    return (weight.reshape(n_head, 2, rows // n_head // 2, cols)
+            .swapaxes(1, 2).reshape(rows, cols))
+
+
+GGUF_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+    "input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight":
+    "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def write_gguf_like_llama_cpp(model, config, arch, path, permute):
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    for name, tensor in model.state_dict().items():
+        array = tensor.float().numpy()
+        if permute and name.endswith("q_proj.weight"):
+            array = _permute_for_llama_cpp(array, config.num_attention_heads)
+        if permute and name.endswith("k_proj.weight"):
+            array = _permute_for_llama_cpp(array, config.num_key_value_heads)
+        if name.startswith("model.layers."):
+            index, rest = name[len("model.layers."):].split(".", 1)
+            target = "blk.{}.{}".format(index, GGUF_NAMES[rest])
+        else:
+            target = GGUF_NAMES[name]
+        writer.add_tensor(target, np.ascontiguousarray(array, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("family,arch,permute,style", [
+    ("llama", "llama", True, "interleaved"), ("qwen2", "qwen2", False, "neox")])
+def test_gguf_rope_convention_per_arch(tmp_path, family, arch, permute, style):
+    config = FAMILIES[family]()
+    config.tie_word_embeddings = False
+    model = build_hf_model(config, tmp_path / "hf")
+    path = tmp_path / "model.gguf"
+    write_gguf_like_llama_cpp(model, config, arch, path, permute)
+    ours = Transformer.from_path(str(path))
+    assert ours.config.source == "gguf" and ours.config.rope_style == style
+    delta = float(np.abs(ours.forward(PROMPT) - torch_logits(model, PROMPT)).max())
+    print("{} GGUF: max |delta| = {:.3g}".format(family, delta))
+    assert delta <= 1e-3

@@ -1,0 +1,158 @@
+"""Real GGUF models (SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M) against transformers.
+
+SmolLM2: transformers loads the GGUF itself (`from_pretrained(dir, gguf_file=...)`),
+dequantizing with gguf-py and un-permuting LLaMA's Q/K rows: an oracle for both the
+weights and the RoPE convention. Qwen2.5: a Qwen2ForCausalLM built from the GGUF's
+hyperparameters with gguf-py's dequantized tensors mapped to HF names (faster than
+transformers' GGUF path for a 151k-token vocabulary; Qwen2 GGUFs are not permuted).
+Also: the quantized model never holds a float32 copy of its weights.
+"""
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from apr_core.model import Transformer
+from apr_core.model import weights as weights_module
+
+pytestmark = [pytest.mark.real_model, pytest.mark.native]
+
+SMOL_IDS = [1, 504, 3458, 282, 4649, 314, 28, 253, 1000, 2000]
+QWEN_IDS = [151644, 872, 198, 7985, 264, 729, 311, 12564]
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_gguf):
+    return Transformer.from_path(smollm2_gguf)
+
+
+@pytest.fixture(scope="module")
+def smollm2_hf(smollm2_gguf):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(smollm2_gguf), gguf_file=os.path.basename(smollm2_gguf),
+        dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.mark.oracle
+def test_smollm2_logits_match_transformers_gguf_loader(smollm2, smollm2_hf):
+    import torch
+    with torch.no_grad():
+        expected = smollm2_hf(torch.tensor([SMOL_IDS])).logits[0].numpy()
+    got = smollm2.forward(SMOL_IDS)
+    delta = float(np.abs(got - expected).max())
+    print("SmolLM2-135M Q4_1: max |delta| = {:.3g}".format(delta))
+    assert smollm2.config.rope_style == "interleaved"
+    assert delta <= 1e-3
+
+
+@pytest.mark.oracle
+def test_smollm2_greedy_generation_matches_transformers(smollm2, smollm2_hf):
+    import torch
+    from apr_core.generate import generate
+    with torch.no_grad():
+        out = smollm2_hf.generate(torch.tensor([SMOL_IDS]), max_new_tokens=8, do_sample=False)
+    assert generate(smollm2, SMOL_IDS, max_tokens=8) == out[0, len(SMOL_IDS):].tolist()
+
+
+def test_smollm2_kv_cache_matches_full_recompute(smollm2):
+    full = smollm2.forward(SMOL_IDS)
+    cache = smollm2.new_cache(len(SMOL_IDS))
+    parts = [smollm2.forward(SMOL_IDS[:4], cache)]
+    parts += [smollm2.forward([t], cache) for t in SMOL_IDS[4:]]
+    # 1e-5 relative to the logit scale (~30): gemv and gemm sum in different orders.
+    assert np.abs(np.concatenate(parts) - full).max() <= 1e-5 * np.abs(full).max()
+
+
+def test_smollm2_runs_with_weights_kept_quantized(smollm2, smollm2_gguf, monkeypatch):
+    """No float32 copy of the weights: every projection holds its stored bytes, and a
+    forward pass decodes at most `scratch` elements at a time and allocates (traced) far
+    less than the 540 MB a float32 copy of the model would take."""
+    report = smollm2.memory_report()
+    assert report["dense_bytes"] == 0
+    assert 90e6 < report["quantized_bytes"] < 100e6        # the file's tensor bytes
+    linears = [l for b in smollm2.blocks for l in b.linears.values() if l is not None]
+    assert len(linears) == 30 * 7 and all(l.quantized_in_memory for l in linears)
+    assert smollm2.lm_head is smollm2.embedding            # tied: one copy
+    decoded = []
+    real = weights_module.dequantize_rows
+
+    def counting(data, dtype, shape, start, stop):
+        decoded.append((stop - start) * shape[-1])
+        return real(data, dtype, shape, start, stop)
+    monkeypatch.setattr(weights_module, "dequantize_rows", counting)
+    cache = smollm2.new_cache(8)
+    smollm2.forward(SMOL_IDS[:4], cache)
+    tracemalloc.start()
+    try:
+        smollm2.forward([SMOL_IDS[4]], cache)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decoded and max(decoded) * 4 <= weights_module.SCRATCH_BYTES
+    assert sum(decoded) >= 134e6                            # every weight was used once...
+    assert peak < 4 * weights_module.SCRATCH_BYTES          # ...but never all at once
+
+
+# --------------------------------------------------------------------------- Qwen2.5
+
+GGUF_TO_HF = {
+    "token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight", "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight", "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias", "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+
+def _hf_name(gguf_name):
+    if gguf_name.startswith("blk."):
+        _, index, rest = gguf_name.split(".", 2)
+        return "model.layers.{}.{}".format(index, GGUF_TO_HF[rest])
+    return GGUF_TO_HF[gguf_name]
+
+
+@pytest.mark.oracle
+def test_qwen25_logits_match_transformers(qwen_gguf):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    gguf = pytest.importorskip("gguf")
+    reader = gguf.GGUFReader(qwen_gguf)
+
+    def kv(key):
+        field = reader.fields["qwen2." + key]
+        return field.parts[field.data[0]][0].item()
+    config = transformers.Qwen2Config(
+        vocab_size=151936, hidden_size=kv("embedding_length"),
+        intermediate_size=kv("feed_forward_length"), num_hidden_layers=kv("block_count"),
+        num_attention_heads=kv("attention.head_count"),
+        num_key_value_heads=kv("attention.head_count_kv"),
+        rms_norm_eps=kv("attention.layer_norm_rms_epsilon"),
+        rope_theta=kv("rope.freq_base"), max_position_embeddings=kv("context_length"),
+        tie_word_embeddings=False)
+    state = {}
+    for tensor in reader.tensors:
+        values = gguf.dequantize(tensor.data, tensor.tensor_type)
+        state[_hf_name(tensor.name)] = torch.from_numpy(
+            np.array(values, np.float32).reshape(tuple(reversed(
+                [int(d) for d in tensor.shape]))))
+    model = transformers.Qwen2ForCausalLM(config).float().eval()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in m for m in missing)
+    del state
+    with torch.no_grad():
+        expected = model(torch.tensor([QWEN_IDS])).logits[0].numpy()
+    del model
+    ours = Transformer.from_path(qwen_gguf)
+    assert ours.config.rope_style == "neox" and ours.config.qkv_bias
+    delta = float(np.abs(ours.forward(QWEN_IDS) - expected).max())
+    print("Qwen2.5-Coder-0.5B Q4_K_M: max |delta| = {:.3g}".format(delta))
+    assert delta <= 1e-3

@@ -1,0 +1,135 @@
+"""Samplers and penalties against exact, hand-computed expectations."""
+import math
+
+import numpy as np
+import pytest
+
+from apr_core.errors import AprError
+from apr_core.sampling import (Sampler, SamplerConfig, apply_penalties, greedy, min_p_filter,
+                               softmax, tail_free_filter, top_k_filter, top_p_filter,
+                               typical_filter)
+
+
+def logits_for(probs):
+    """Logits whose softmax is exactly `probs` (up to float rounding)."""
+    return np.log(np.asarray(probs, np.float64))
+
+
+def kept(filtered):
+    return sorted(np.nonzero(np.isfinite(filtered))[0].tolist())
+
+
+LOGITS = np.array([1.0, 3.0, -2.0, 3.0, 0.5, 2.0])
+
+
+def test_greedy_is_argmax_with_lowest_id_on_ties():
+    assert greedy(LOGITS) == 1
+    assert Sampler(SamplerConfig(temperature=0.0))(LOGITS) == 1
+
+
+def test_top_k_one_is_greedy_whatever_the_seed():
+    for seed in range(20):
+        assert Sampler(SamplerConfig(top_k=1, seed=seed))(LOGITS) == greedy(LOGITS)
+
+
+def test_top_k_keeps_the_k_largest():
+    assert kept(top_k_filter(LOGITS, 3)) == [1, 3, 5]
+    assert kept(top_k_filter(LOGITS, 0)) == list(range(6))
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = [0.05, 0.4, 0.25, 0.2, 0.1]
+    assert kept(top_p_filter(logits_for(probs), 0.6)) == [1, 2]     # 0.65 >= 0.6
+    assert kept(top_p_filter(logits_for(probs), 0.7)) == [1, 2, 3]  # 0.85
+    assert kept(top_p_filter(logits_for(probs), 0.3)) == [1]        # 0.4 >= 0.3
+    assert kept(top_p_filter(logits_for(probs), 1.0)) == [0, 1, 2, 3, 4]
+
+
+def test_min_p_keeps_tokens_above_the_scaled_maximum():
+    probs = [0.05, 0.4, 0.25, 0.2, 0.1]
+    assert kept(min_p_filter(logits_for(probs), 0.45)) == [1, 2, 3]   # p >= 0.18
+    assert kept(min_p_filter(logits_for(probs), 0.3)) == [1, 2, 3]    # p >= 0.12
+    assert kept(min_p_filter(logits_for(probs), 0.2)) == [1, 2, 3, 4]  # p >= 0.08
+    assert kept(min_p_filter(logits_for(probs), 1.0)) == [1]
+
+
+def test_typical_keeps_tokens_nearest_the_entropy():
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    entropy = -np.sum(probs * np.log(probs))                          # 1.1437
+    distance = np.abs(-np.log(probs) - entropy)   # [0.45, 0.06, 0.75, 1.85]
+    assert np.argsort(distance).tolist() == [1, 0, 2, 3]
+    assert kept(typical_filter(logits_for(probs), 0.7)) == [0, 1]     # 0.3 + 0.5 >= 0.7
+    assert kept(typical_filter(logits_for(probs), 0.25)) == [1]
+    assert kept(typical_filter(logits_for(probs), 0.9)) == [0, 1, 2]
+
+
+def test_tail_free_cuts_where_curvature_accumulates():
+    probs = np.array([0.4, 0.3, 0.2, 0.06, 0.04])
+    # second differences of the sorted probs: |0.0|, |0.04|, |0.12| -> 0, 0.25, 1.0 cumulative
+    assert kept(tail_free_filter(logits_for(probs), 0.5)) == [0, 1, 2]
+    assert kept(tail_free_filter(logits_for(probs), 0.2)) == [0, 1]
+
+
+def test_penalties_change_exactly_the_seen_logits():
+    logits = np.array([2.0, -1.0, 0.5, 3.0, -0.5])
+    history = [0, 1, 1, 3, 3, 3]
+    out = apply_penalties(logits, history, repetition=2.0, presence=0.5, frequency=0.25)
+    expected = [2.0 / 2 - 0.25 * 1 - 0.5, -1.0 * 2 - 0.25 * 2 - 0.5, 0.5,
+                3.0 / 2 - 0.25 * 3 - 0.5, -0.5]
+    assert out.tolist() == pytest.approx(expected, abs=1e-12)
+    # Only the last `last_n` tokens count.
+    assert apply_penalties(logits, history, frequency=1.0, last_n=2).tolist() == \
+        pytest.approx([2.0, -1.0, 0.5, 1.0, -0.5])
+    assert apply_penalties(logits, history, frequency=1.0, last_n=0).tolist() == logits.tolist()
+    with pytest.raises(AprError):
+        apply_penalties(logits, [9], frequency=1.0)
+
+
+def test_repetition_penalty_can_flip_greedy():
+    logits = np.array([1.0, 1.2, 0.0])
+    sampler = Sampler(SamplerConfig(temperature=0.0, repetition_penalty=1.5))
+    assert sampler(logits, history=[]) == 1
+    assert sampler(logits, history=[1]) == 0                          # 1.2 / 1.5 = 0.8 < 1.0
+
+
+def test_seeded_sampler_is_reproducible_and_follows_the_distribution():
+    logits = logits_for([0.1, 0.6, 0.3])
+    draws = [Sampler(SamplerConfig(seed=5))(logits) for _ in range(3)]
+    assert len(set(draws)) == 1
+    sampler = Sampler(SamplerConfig(seed=11))
+    counts = np.bincount([sampler(logits) for _ in range(3000)], minlength=3) / 3000
+    assert np.abs(counts - [0.1, 0.6, 0.3]).max() < 0.04
+
+
+def test_temperature_sharpens_after_truncation():
+    logits = logits_for([0.5, 0.3, 0.2])
+    cold = Sampler(SamplerConfig(temperature=0.05, seed=1))
+    assert {cold(logits) for _ in range(50)} == {0}
+    only_two = Sampler(SamplerConfig(top_k=2, temperature=5.0, seed=2))
+    assert {only_two(logits) for _ in range(200)} == {0, 1}
+
+
+def test_mirostat_v2_truncates_by_surprise_and_moves_mu():
+    probs = [0.7, 0.2, 0.05, 0.05]                      # surprises 0.51, 2.32, 4.32, 4.32 bits
+    sampler = Sampler(SamplerConfig(mirostat=2, mirostat_tau=1.5, mirostat_eta=0.5, seed=3))
+    assert sampler.mu == 3.0
+    picks = set()
+    for _ in range(40):
+        sampler.mu = 3.0                                # keeps tokens with surprise <= 3 bits
+        token = sampler(logits_for(probs))
+        picks.add(token)
+        renormalised = probs[token] / 0.9
+        assert sampler.mu == pytest.approx(3.0 - 0.5 * (-math.log2(renormalised) - 1.5))
+    assert picks == {0, 1}
+
+
+def test_softmax_is_normalised_and_ignores_minus_inf():
+    p = softmax(np.array([0.0, -np.inf, math.log(3.0)]))
+    assert p.tolist() == pytest.approx([0.25, 0.0, 0.75])
+
+
+@pytest.mark.parametrize("bad", [dict(top_k=-1), dict(top_p=0.0), dict(min_p=1.5),
+                                 dict(mirostat=1), dict(repetition_penalty=0.0)])
+def test_bad_parameters_are_refused(bad):
+    with pytest.raises(AprError):
+        SamplerConfig(**bad)
