@@ -8,10 +8,11 @@ from another file without holding the whole model in memory).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .dtypes import DType
 from .errors import AprError, ErrorCode
+from .io import ByteSource
 
 MAX_DIMS = 8
 
@@ -87,6 +88,10 @@ class ModelFile:
     def __init__(self) -> None:
         self.metadata: Dict[str, Any] = {}
         self.tensors: Dict[str, TensorInfo] = {}
+        # The byte source behind a single-file model; closed by `close()` only when owned
+        # (opened by the library from a path), never when the caller handed it in.
+        self.source: Optional[ByteSource] = None
+        self.owns_source = False
 
     def info(self, name: str) -> TensorInfo:
         try:
@@ -120,7 +125,9 @@ class ModelFile:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release byte sources (idempotent)."""
+        """Release the byte source if this model owns it (idempotent)."""
+        if self.owns_source and self.source is not None:
+            self.source.close()
 
     def __enter__(self) -> "ModelFile":
         return self

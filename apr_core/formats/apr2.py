@@ -57,7 +57,7 @@ class AprFile(ModelFile):
         # Applied to stored bytes before decompression; the crypto layer installs a
         # decryptor here (payloads are compressed, then encrypted).
         self.payload_filter: Optional[PayloadFilter] = None
-        self._owns_source = owns_source
+        self.owns_source = owns_source
         for entry in entries:
             self.tensors[entry.name] = TensorInfo(
                 entry.name, entry.dtype, entry.shape, header.data_offset + entry.offset,
@@ -142,10 +142,6 @@ class AprFile(ModelFile):
         if self.data_end > cursor:
             gaps.append((cursor, self.data_end))
         return gaps
-
-    def close(self) -> None:
-        if self._owns_source:
-            self.source.close()
 
 
 def read_apr2(source: Any, verify: bool = True, max_metadata: int = DEFAULT_MAX_METADATA,

@@ -33,7 +33,7 @@ class StreamingLoader:
     def __init__(self, source: Any, cache_budget: int = DEFAULT_CACHE_BUDGET,
                  max_metadata: int = DEFAULT_MAX_METADATA) -> None:
         self.source = open_source(source)
-        self._owns_source = self.source is not source
+        self.owns_source = self.source is not source
         self.cache_budget = cache_budget
         self.max_metadata = max_metadata
         self._file: Optional[AprFile] = None
@@ -103,7 +103,7 @@ class StreamingLoader:
     def close(self) -> None:
         self._cache.clear()
         self._cached_bytes = 0
-        if self._owns_source:
+        if self.owns_source:
             self.source.close()
 
     def __enter__(self) -> "StreamingLoader":

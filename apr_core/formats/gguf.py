@@ -51,7 +51,7 @@ class GGUFFile(ModelFile):
     def __init__(self, source: ByteSource, owns_source: bool) -> None:
         super().__init__()
         self.source = source
-        self._owns_source = owns_source
+        self.owns_source = owns_source
         self.version = 3
         self.alignment = DEFAULT_ALIGNMENT
         self.data_offset = 0
@@ -60,10 +60,6 @@ class GGUFFile(ModelFile):
 
     def _read_payload(self, info: TensorInfo) -> bytes:
         return self.source.read(info.offset, info.size)
-
-    def close(self) -> None:
-        if self._owns_source:
-            self.source.close()
 
 
 def read_gguf(source: Any, max_header_bytes: int = MAX_HEADER_BYTES) -> GGUFFile:

@@ -25,10 +25,13 @@ def open_model(target: Any, verify: bool = True) -> ModelFile:
             return read_safetensors_index(path)
     source = open_source(target)
     try:
-        return _open_source(source, target, verify)
+        model = _open_source(source, target, verify)
     except BaseException:
         source.close()
         raise
+    if source is not target:
+        model.owns_source = True  # opened here from a path: closing the model closes it
+    return model
 
 
 def _open_source(source: ByteSource, target: Any, verify: bool) -> ModelFile:
@@ -41,7 +44,7 @@ def _open_source(source: ByteSource, target: Any, verify: bool) -> ModelFile:
             if not isinstance(target, (str, os.PathLike)):
                 raise AprError(ErrorCode.ARGUMENT,
                                "a sharded manifest must be opened by path (its shards are files)")
-            model.close()
+            source.close()  # the manifest is reopened by path with its shards
             from .shards import read_sharded
             return read_sharded(os.fspath(target), verify=verify)
         return model

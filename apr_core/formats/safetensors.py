@@ -71,11 +71,6 @@ class SafeTensorsFile(ModelFile):
     def _read_payload(self, info: TensorInfo) -> bytes:
         return self.source.read(info.offset, info.size)
 
-    def close(self) -> None:
-        # A source the caller handed us stays theirs to close.
-        if self.owns_source:
-            self.source.close()
-
 
 # ---------------------------------------------------------------------------------------
 # Reading

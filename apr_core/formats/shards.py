@@ -243,7 +243,7 @@ def _open_shard(opener: Opener, entry: Dict[str, Any], verify: bool) -> AprFile:
     except BaseException:
         src.close()
         raise
-    shard._owns_source = True  # the shard object now closes what the opener produced
+    shard.owns_source = True  # the shard object now closes what the opener produced
     return shard
 
 

@@ -58,8 +58,11 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray],
 # --------------------------------------------------------------------------- activations
 
 def silu(x: np.ndarray) -> np.ndarray:
-    # sigmoid(x) = (1 + tanh(x/2)) / 2 never overflows, unlike 1 / (1 + exp(-x)).
-    return x * (np.float32(0.5) * (np.float32(1.0) + np.tanh(x * np.float32(0.5))))
+    # x / (1 + exp(-x)) as torch computes it; exp overflowing to inf for very negative x
+    # gives the right limit (-0), so only the warning is silenced. (The tanh form of the
+    # sigmoid loses precision to cancellation there.)
+    with np.errstate(over="ignore"):
+        return x / (np.float32(1.0) + np.exp(-x))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:

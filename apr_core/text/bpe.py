@@ -94,7 +94,9 @@ class BPETokenizer(Tokenizer):
     def from_hf(cls, data: Dict[str, Any], config: Dict[str, Any]) -> "BPETokenizer":
         """From a parsed HF tokenizer.json and (possibly empty) tokenizer_config.json."""
         from .hf_json import hf_settings
-        return cls(**hf_settings(data, config))
+        tokenizer = cls(**hf_settings(data, config))
+        tokenizer.decode_added_as_normal = True
+        return tokenizer
 
     # -- encoding ------------------------------------------------------------------------
 
@@ -160,33 +162,35 @@ class BPETokenizer(Tokenizer):
         if self.unescape_spaces:
             return text.replace(_SPACE_MARK, " ").encode("utf-8")
         table = UNICODE_TO_BYTE
-        out = bytearray()
-        for ch in text:
-            b = table.get(ch)
-            if b is None:
-                out += ch.encode("utf-8")   # not a byte-level character: keep it as text
-            else:
-                out.append(b)
-        return bytes(out)
+        try:
+            return bytes([table[ch] for ch in text])
+        except KeyError:
+            return text.encode("utf-8")   # not byte-level text (an added token): keep it
 
 
 def _merge_ranks(merges: Sequence[Any]) -> Dict[Tuple[str, str], int]:
-    """(left, right) -> rank; "a b" strings split at the first space after position 0."""
-    ranks: Dict[Tuple[str, str], int] = {}
-    for rank, merge in enumerate(merges):
-        if isinstance(merge, str):
-            cut = merge.find(" ", 1)
-            if cut < 0:
-                continue
-            pair = (merge[:cut], merge[cut + 1:])
-        elif isinstance(merge, (list, tuple)) and len(merge) == 2:
-            pair = (str(merge[0]), str(merge[1]))
-        else:
-            raise AprError(ErrorCode.FORMAT, "bad BPE merge entry", rank=rank,
-                           entry=repr(merge)[:80])
-        if pair not in ranks:        # the first rule for a pair wins
-            ranks[pair] = rank
-    return ranks
+    """(left, right) -> rank; "a b" strings split at the first space after position 0.
+
+    Built with comprehensions (a 500k-merge vocabulary loads in well under a second);
+    iterating in reverse lets the first rule for a pair win, as in llama.cpp.
+    """
+    try:
+        keys = [tuple(m.partition(" ")[::2]) if m[:1] != " " else _split_late(m)
+                for m in merges]
+    except (AttributeError, TypeError):
+        keys = [tuple(m) if isinstance(m, (list, tuple)) else ("",) for m in merges]
+        for rank, key in enumerate(keys):
+            if len(key) != 2 or not all(isinstance(k, str) for k in key):
+                raise AprError(ErrorCode.FORMAT, "bad BPE merge entry", rank=rank,
+                               entry=repr(merges[rank])[:80])
+    ranks = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+    ranks.pop(("", ""), None)      # entries without a separator never match a pair
+    return ranks  # type: ignore[return-value]
+
+
+def _split_late(merge: str) -> Tuple[str, str]:
+    cut = merge.find(" ", 1)
+    return (merge[:cut], merge[cut + 1:]) if cut > 0 else ("", "")
 
 
 def merge_word(word: str, ranks: Dict[Tuple[str, str], int]) -> List[str]:

@@ -23,6 +23,8 @@ from .tokenizer import (ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_
 _SPACE_MARK = "\u2581"
 _GPT2_HF = PRE_PATTERNS["gpt2"][0] + r"|\s+"
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>\Z")
+_BEHAVIORS = {"Isolated": "isolated", "Removed": "removed", "Contiguous": "contiguous",
+              "MergedWithPrevious": "merged_with_previous", "MergedWithNext": "merged_with_next"}
 
 
 def _unsupported(component: str, kind: Any) -> AprError:
@@ -81,7 +83,7 @@ def _normalizer(node: Optional[Dict[str, Any]]) -> Optional[Callable[[str], str]
 
 
 def _pre_tokenizer(node: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    patterns: List[str] = []
+    patterns: List[Any] = []
     out: Dict[str, Any] = {"byte_encode": False, "prefix_space": "", "escape_spaces": False,
                            "strip_first_space": False}
     for item in _items(node, "pretokenizers"):
@@ -93,9 +95,10 @@ def _pre_tokenizer(node: Optional[Dict[str, Any]]) -> Dict[str, Any]:
             if item.get("use_regex", True):
                 patterns.append(_GPT2_HF)
         elif kind == "Split":
-            if item.get("behavior") != "Isolated" or item.get("invert"):
+            behavior = _BEHAVIORS.get(item.get("behavior"))
+            if behavior is None:
                 raise _unsupported("Split behavior", item.get("behavior"))
-            patterns.append(_pattern(item.get("pattern")))
+            patterns.append((_pattern(item.get("pattern")), behavior, bool(item.get("invert"))))
         elif kind == "Digits":
             patterns.append(r"\p{N}" if item.get("individual_digits") else r"\p{N}+")
         elif kind == "Metaspace":

@@ -243,13 +243,33 @@ def gguf_pre(name: Optional[str]) -> Tuple[str, bool, bool]:
     return found
 
 
-class PreTokenizer:
-    """Splits text into words with a sequence of regexes (see the module docstring)."""
+_BEHAVIORS = ("isolated", "removed", "merged_with_previous", "merged_with_next", "contiguous")
+Step = Tuple[str, str, bool]
 
-    def __init__(self, patterns: Sequence[str]) -> None:
-        self.patterns = tuple(patterns)
+
+class PreTokenizer:
+    """Splits text into words with a sequence of regex steps (see the module docstring).
+
+    A step is a pattern string (its matches and the gaps between them become pieces) or a
+    `(pattern, behavior, invert)` triple with HF `Split` semantics: behavior "isolated",
+    "removed" (drop matches), "merged_with_previous" / "merged_with_next" (a match joins
+    the neighbouring gap) or "contiguous" (adjacent matches join); invert swaps the roles
+    of matches and gaps.
+    """
+
+    def __init__(self, steps: Sequence[object]) -> None:
+        self.steps: List[Step] = []
+        for step in steps:
+            if isinstance(step, str):
+                step = (step, "isolated", False)
+            pattern, behavior, invert = step  # type: ignore[misc]
+            if behavior not in _BEHAVIORS:
+                raise AprError(ErrorCode.UNSUPPORTED, "unsupported split behavior",
+                               behavior=behavior)
+            self.steps.append((pattern, behavior, bool(invert)))
         try:
-            self._compiled = [re.compile(translate(p), re.ASCII) for p in self.patterns]
+            self._compiled = [(re.compile(translate(p), re.ASCII), b, inv)
+                              for p, b, inv in self.steps]
         except re.error as exc:
             raise AprError(ErrorCode.UNSUPPORTED, "tokenizer regex not supported by re",
                            error=str(exc)) from exc
@@ -266,28 +286,57 @@ class PreTokenizer:
         return found
 
     def split(self, text: str) -> List[str]:
-        """The words of `text`, in order; their concatenation is `text`."""
+        """The words of `text`, in order (their concatenation is `text` unless removed)."""
         if not text:
             return []
-        if not self._compiled:
-            return [text]
         spans = [(0, len(text))]
-        for pattern in self._compiled:
+        for pattern, behavior, invert in self._compiled:
             finditer = pattern.finditer
             pieces: List[Tuple[int, int]] = []
             for start, end in spans:
+                marks: List[Tuple[int, int, bool]] = []
                 pos = start
                 for match in finditer(text, start, end):
                     m_start, m_end = match.span()
                     if m_start > pos:
-                        pieces.append((pos, m_start))     # the gap before a match
+                        marks.append((pos, m_start, invert))     # the gap before a match
                     if m_end > m_start:
-                        pieces.append((m_start, m_end))
+                        marks.append((m_start, m_end, not invert))
                     pos = m_end
                 if pos < end:
-                    pieces.append((pos, end))
+                    marks.append((pos, end, invert))
+                if behavior == "isolated":
+                    pieces.extend((s, e) for s, e, _ in marks)
+                else:
+                    pieces.extend(_apply_behavior(marks, behavior))
             spans = pieces
         return [text[s:e] for s, e in spans]
+
+
+def _apply_behavior(marks: List[Tuple[int, int, bool]], behavior: str) -> List[Tuple[int, int]]:
+    """HF `SplitDelimiterBehavior` over (start, end, is_match) pieces of one segment."""
+    if behavior == "removed":
+        return [(s, e) for s, e, is_match in marks if not is_match]
+    out: List[List[int]] = []
+    if behavior == "merged_with_next":
+        following_match = False
+        for s, e, is_match in reversed(marks):
+            if is_match and not following_match and out:
+                out[-1][0] = s
+            else:
+                out.append([s, e])
+            following_match = is_match
+        out.reverse()
+    else:
+        previous_match = False
+        for s, e, is_match in marks:
+            joins = previous_match if behavior == "contiguous" else not previous_match
+            if is_match and joins and out:
+                out[-1][1] = e
+            else:
+                out.append([s, e])
+            previous_match = is_match
+    return [(s, e) for s, e in out]
 
 
 _families: Dict[str, PreTokenizer] = {}

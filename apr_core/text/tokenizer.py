@@ -27,9 +27,13 @@ SPECIAL_ATTRS = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN
 _RENDER_ONLY_IF_SPECIAL = ATTR_CONTROL | ATTR_UNKNOWN
 
 # Tokens that end a generation even when the metadata names none of them (llama.cpp keeps
-# the same list: converters often forget to mark chat-turn terminators).
+# the same list: converters often forget to mark chat-turn terminators; FIM pad/repo/file
+# separators end generation too).
 EOG_TOKEN_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                   "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>")
+                   "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+                   "<end_of_utterance>", "<eos>", "<turn|>", "</s>", "<|fim_pad|>",
+                   "<fim-pad>", "<fim_pad>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                   "<REPO>", "<reponame>", "<|file_sep|>")
 _C_SPACE = " \t\n\v\f\r"   # isspace() in the C locale: what lstrip/rstrip remove
 
 Fragment = Union[str, int]
@@ -42,6 +46,8 @@ class Tokenizer:
     # Strip one leading space from the first piece after the start or a special token:
     # the inverse of SentencePiece's space prefix, so decode(encode(s)) == s.
     strip_space_after_special = False
+    # HF runs added (user-defined) tokens through the decoder; llama.cpp copies their text.
+    decode_added_as_normal = False
 
     def __init__(self, tokens: Sequence[str], attrs: Sequence[int], *,
                  bos_id: Optional[int] = None, eos_id: Optional[int] = None,
@@ -63,9 +69,11 @@ class Tokenizer:
         self.add_bos, self.add_eos = bool(add_bos), bool(add_eos)
         self.chat_template = chat_template
         eog = {i for i in (self.eos_id, self.eot_id) if i is not None}
+        # Gemma 4 has an ordinary "</s>" (it ends turns with other tokens).
+        normal_s = "<|tool_response>" in self.token_to_id
         for text in EOG_TOKEN_TEXTS:
             index = self.token_to_id.get(text)
-            if index is not None:
+            if index is not None and not (normal_s and text == "</s>"):
                 eog.add(index)
                 self.attrs[index] |= ATTR_CONTROL
         self.eog_ids = frozenset(eog)
@@ -229,9 +237,9 @@ class Tokenizer:
         piece = self._piece_cache.get(token_id)
         if piece is None:
             text = self.tokens[token_id]
-            if attr & ATTR_USER_DEFINED:
+            if attr & ATTR_USER_DEFINED and not self.decode_added_as_normal:
                 piece = text.encode("utf-8")
-            elif attr & ATTR_NORMAL:
+            elif attr & (ATTR_NORMAL | ATTR_USER_DEFINED):
                 piece = self._normal_piece(token_id)
             elif attr & ATTR_BYTE:
                 piece = bytes([int(text[3:5], 16)])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import AprError, ErrorCode
 from ..registry import register
 
 F32 = np.float32
@@ -97,8 +98,6 @@ def u16_bytes(h: np.ndarray) -> np.ndarray:
 
 def as_blocks(values: np.ndarray, block_size: int) -> np.ndarray:
     """Validate and normalize a kernel input to C-contiguous float32 [n_blocks, block_size]."""
-    from ...errors import AprError, ErrorCode  # local: keeps this module's import surface tiny
-
     values = np.asarray(values)
     if values.ndim != 2 or values.shape[1] != block_size:
         raise AprError(ErrorCode.FORMAT, "quantize kernel expects [n_blocks, block_size] values",

