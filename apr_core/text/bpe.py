@@ -171,18 +171,14 @@ class BPETokenizer(Tokenizer):
 def _merge_ranks(merges: Sequence[Any]) -> Dict[Tuple[str, str], int]:
     """(left, right) -> rank; "a b" strings split at the first space after position 0.
 
-    Built with comprehensions (a 500k-merge vocabulary loads in well under a second);
+    Built with a comprehension (a 500k-merge vocabulary loads in well under a second);
     iterating in reverse lets the first rule for a pair win, as in llama.cpp.
     """
     try:
         keys = [tuple(m.partition(" ")[::2]) if m[:1] != " " else _split_late(m)
                 for m in merges]
-    except (AttributeError, TypeError):
-        keys = [tuple(m) if isinstance(m, (list, tuple)) else ("",) for m in merges]
-        for rank, key in enumerate(keys):
-            if len(key) != 2 or not all(isinstance(k, str) for k in key):
-                raise AprError(ErrorCode.FORMAT, "bad BPE merge entry", rank=rank,
-                               entry=repr(merges[rank])[:80])
+    except (AttributeError, TypeError):      # pairs ([a, b]), or a mix of both forms
+        keys = [_merge_key(m, rank) for rank, m in enumerate(merges)]
     ranks = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
     ranks.pop(("", ""), None)      # entries without a separator never match a pair
     return ranks  # type: ignore[return-value]
@@ -191,6 +187,15 @@ def _merge_ranks(merges: Sequence[Any]) -> Dict[Tuple[str, str], int]:
 def _split_late(merge: str) -> Tuple[str, str]:
     cut = merge.find(" ", 1)
     return (merge[:cut], merge[cut + 1:]) if cut > 0 else ("", "")
+
+
+def _merge_key(merge: Any, rank: int) -> Tuple[str, str]:
+    if isinstance(merge, str):
+        return _split_late(merge)
+    if (isinstance(merge, (list, tuple)) and len(merge) == 2
+            and all(isinstance(part, str) for part in merge)):
+        return (merge[0], merge[1])
+    raise AprError(ErrorCode.FORMAT, "bad BPE merge entry", rank=rank, entry=repr(merge)[:80])
 
 
 def merge_word(word: str, ranks: Dict[Tuple[str, str], int]) -> List[str]:
