@@ -34,6 +34,9 @@ if [ "${APR_SKIP_LLAMA:-0}" != "1" ]; then
   .venv/bin/pip install $PIP_QUIET "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl
 fi
 
+# Tokenizer oracles: llama.cpp's vocab test vectors (from its sdist) and real tokenizer.json files.
+bash scripts/fetch_tokenizer_vectors.sh
+
 # Python 3.8 + numpy 1.17.5: what Pyodide 0.17 runs; apr_core must work there unchanged.
 PY38="$(command -v python3.8 || true)"
 [ -z "$PY38" ] && [ -x "$HOME/.pyenv/versions/3.8.18/bin/python" ] && PY38="$HOME/.pyenv/versions/3.8.18/bin/python"

@@ -8,7 +8,7 @@ Three layers of oracle, so every platform checks something real:
    them from ggml wherever it is installed, so the table cannot go stale.
 3. gguf-py (where installed): its dequantizer decodes apr's bytes exactly like apr does,
    the round-trip error stays within each type's bound, and its own numpy quantizers
-   (BF16 and the 32-block types) agree with apr on finite data.
+   (F16, BF16 and the 32-block types) agree with apr on finite data (signed zeros aside).
 Inputs come from `np.random.RandomState` (a frozen stream, identical in numpy 1.17 and 2.x).
 """
 from __future__ import annotations
@@ -17,6 +17,9 @@ import hashlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import ggml_oracle
 from apr_core import dtypes
@@ -161,13 +164,25 @@ def test_digests(name):
 @needs_ggml
 @pytest.mark.oracle
 def test_rows_of_several_blocks_and_odd_counts():
-    """Many blocks per row, a single block, and chunk boundaries of the public API."""
+    """A single block, many blocks per row, and several (partial) chunks of the public API."""
     rng = np.random.RandomState(7)
     for name in QUANT_TYPES:
         block = dtypes.by_name(name).block_size
-        for shape in ((1, block), (3, 5 * 256), (1, 1 << 18)):
+        for shape in ((1, block), (3, 5 * 256), (5, 1 << 17)):
             x = rng.standard_normal(shape).astype(np.float32)
             assert quantize(x, name) == ggml_oracle.ggml_quantize(x, name), (name, shape)
+
+
+@needs_ggml
+@pytest.mark.oracle
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(name=st.sampled_from(TYPES), data=st.data())
+def test_any_float32_matches_ggml(name, data):
+    """Arbitrary float32 blocks (subnormals, +-FLT_MAX, Inf, NaN, repeats) stay exact."""
+    pool = data.draw(st.lists(st.floats(width=32), min_size=1, max_size=8), label="pool")
+    elements = st.one_of(st.sampled_from(pool), st.floats(width=32))
+    x = data.draw(hnp.arrays(np.float32, (2, 256), elements=elements), label="x")
+    assert quantize(x, name) == ggml_oracle.ggml_quantize(x, name)
 
 
 # Round-trip error bound per type: RMS error / RMS value on normal data (measured, ~1.3x).

@@ -210,6 +210,15 @@ def test_unsupported_and_broken_metadata():
     assert info.value.code is ErrorCode.FORMAT        # no merges
     with pytest.raises(AprError):
         Tokenizer.from_gguf_metadata({"general.architecture": "llama"})
+    for broken in ({"tokenizer.ggml.tokens": BYTE_CHARS[:-1] + [7]},
+                   {"tokenizer.ggml.token_type": ["x"] * 256},
+                   {"tokenizer.ggml.merges": [3, 4]}):
+        with pytest.raises(AprError) as info:
+            Tokenizer.from_gguf_metadata(dict(bpe_kv(), **broken))
+        assert info.value.code is ErrorCode.FORMAT
+    with pytest.raises(AprError) as info:
+        Tokenizer.from_gguf_metadata(dict(spm_kv([], []), **{"tokenizer.ggml.scores": [0.0]}))
+    assert info.value.code is ErrorCode.FORMAT
     with pytest.raises(AprError) as info:
         Tokenizer.from_tokenizer_json({"model": {"type": "WordPiece", "vocab": {}}})
     assert info.value.code is ErrorCode.UNSUPPORTED and info.value.context["model"] == "WordPiece"

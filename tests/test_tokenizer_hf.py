@@ -23,7 +23,7 @@ TEXTS = [
     "tabs\tand\n\nnewlines\r\n  spaces   \n", "<|im_start|>user\nhi<|im_end|>\n",
     "I've been 'told he's there, 'RE you sure?", "", " ", "\u00a0nbsp\u2003em",
     "CamelCaseWords ALLCAPS lower", "x\u0301\u0327 combining", "ﬁ ligature Å",
-    "<s>[INST] hi [/INST]", "<start_of_turn>user\nhey<end_of_turn>",
+    "<s>[INST] hi [/INST]", "<start_of_turn>user\nhey<end_of_turn>", "</s> <eos> <|endoftext|>",
 ]
 
 

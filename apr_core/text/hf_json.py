@@ -238,4 +238,5 @@ def hf_settings(data: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
         "bos_id": bos, "eos_id": eos, "unk_id": ids.get(model.get("unk_token") or ""),
         "pad_id": named("pad_token"), "add_bos": add_bos, "add_eos": add_eos,
         "chat_template": template if isinstance(template, str) else None,
+        "mark_eog_control": False,
     }

@@ -53,7 +53,7 @@ class Tokenizer:
                  bos_id: Optional[int] = None, eos_id: Optional[int] = None,
                  unk_id: Optional[int] = None, pad_id: Optional[int] = None,
                  eot_id: Optional[int] = None, add_bos: bool = False, add_eos: bool = False,
-                 chat_template: Optional[str] = None) -> None:
+                 chat_template: Optional[str] = None, mark_eog_control: bool = True) -> None:
         self.tokens: List[str] = list(tokens)
         self.attrs: List[int] = list(attrs)
         if len(self.attrs) != len(self.tokens):
@@ -62,8 +62,9 @@ class Tokenizer:
         self.token_to_id: Dict[str, int] = {}
         for index, text in enumerate(self.tokens):
             self.token_to_id[text] = index     # a later duplicate wins, as in llama.cpp
-        n = len(self.tokens)
-        valid = lambda i: i if i is not None and 0 <= i < n else None  # noqa: E731
+        def valid(index: Optional[int]) -> Optional[int]:
+            # An id outside the vocabulary disables that special token (llama.cpp does too).
+            return index if index is not None and 0 <= index < len(self.tokens) else None
         self.bos_id, self.eos_id, self.unk_id = valid(bos_id), valid(eos_id), valid(unk_id)
         self.pad_id, self.eot_id = valid(pad_id), valid(eot_id)
         self.add_bos, self.add_eos = bool(add_bos), bool(add_eos)
@@ -73,9 +74,13 @@ class Tokenizer:
         normal_s = "<|tool_response>" in self.token_to_id
         for text in EOG_TOKEN_TEXTS:
             index = self.token_to_id.get(text)
-            if index is not None and not (normal_s and text == "</s>"):
-                eog.add(index)
+            if index is None or (normal_s and text == "</s>"):
+                continue
+            if mark_eog_control:
+                # llama.cpp makes these control tokens whatever the GGUF says.
                 self.attrs[index] |= ATTR_CONTROL
+            if self.attrs[index] & ATTR_CONTROL:
+                eog.add(index)
         self.eog_ids = frozenset(eog)
         # Longest first so "<|im_start|>" wins over any shorter token inside it.
         self._special_ids = sorted((i for i, a in enumerate(self.attrs) if a & SPECIAL_ATTRS),
@@ -88,12 +93,16 @@ class Tokenizer:
     def from_gguf_metadata(kv: Dict[str, Any]) -> "Tokenizer":
         """The tokenizer a GGUF file describes in its `tokenizer.ggml.*` keys."""
         model = kv.get("tokenizer.ggml.model")
-        if model in ("gpt2", "gemma4"):
-            from .bpe import BPETokenizer
-            return BPETokenizer.from_gguf(kv)
-        if model == "llama":
-            from .spm import SPMTokenizer
-            return SPMTokenizer.from_gguf(kv)
+        if model in ("gpt2", "gemma4", "llama"):
+            if model == "llama":
+                from .spm import SPMTokenizer as cls
+            else:
+                from .bpe import BPETokenizer as cls  # type: ignore[no-redef]
+            try:
+                return cls.from_gguf(kv)
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+                raise AprError(ErrorCode.FORMAT, "malformed GGUF tokenizer metadata",
+                               model=model, error=repr(exc)[:200]) from exc
         if model is None:
             raise AprError(ErrorCode.NOT_FOUND, "GGUF metadata has no tokenizer.ggml.model")
         raise AprError(ErrorCode.UNSUPPORTED, "unsupported tokenizer model type", model=model,
@@ -124,7 +133,11 @@ class Tokenizer:
             raise AprError(ErrorCode.UNSUPPORTED, "unsupported tokenizer.json model type",
                            model=kind, supported="BPE")
         from .bpe import BPETokenizer
-        return BPETokenizer.from_hf(data, tokenizer_config or {})
+        try:
+            return BPETokenizer.from_hf(data, tokenizer_config or {})
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            raise AprError(ErrorCode.FORMAT, "malformed tokenizer.json",
+                           error=repr(exc)[:200]) from exc
 
     @staticmethod
     def gguf_common(kv: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str, Any]:
@@ -132,6 +145,8 @@ class Tokenizer:
         tokens = kv.get("tokenizer.ggml.tokens")
         if not isinstance(tokens, list) or not tokens:
             raise AprError(ErrorCode.FORMAT, "GGUF tokenizer.ggml.tokens missing or empty")
+        if not all(isinstance(t, str) for t in tokens):
+            raise AprError(ErrorCode.FORMAT, "tokenizer.ggml.tokens must be strings")
         tokens = [t if t else "[EMPTY_{}]".format(i) for i, t in enumerate(tokens)]
         types = kv.get("tokenizer.ggml.token_type")
         if types is None:

@@ -26,6 +26,7 @@ U32 = np.uint32
 # 1.5 * 2**23: adding it leaves round(x) in the low mantissa bits (ggml `nearest_int`).
 NEAREST_INT_MAGIC = F32(12582912.0)
 _TWO31 = F32(2147483648.0)
+_JUST_BELOW_HALF = F32(0.5) - F32(2.0 ** -25)  # 0.49999997f
 
 
 def nearest_int(x: np.ndarray) -> np.ndarray:
@@ -52,11 +53,14 @@ def c_int32(x: np.ndarray) -> np.ndarray:
 
 
 def c_roundf(x: np.ndarray) -> np.ndarray:
-    """C `roundf`: nearest integer, halves away from zero (np.round rounds halves to even)."""
+    """C `roundf`: nearest integer, halves away from zero (np.round rounds halves to even).
+
+    trunc(x + copysign(0.5 - 2**-25, x)) in float32: the sum can only reach the next
+    integer when x's fraction is at least 0.5 (checked against the float64 formula on
+    every float32 in [2**-30, 2**40) and against libm's roundf around every half).
+    """
     x = np.asarray(x, dtype=F32)
-    t = np.trunc(x)
-    # x - t is exact in float32, so the half test has no rounding of its own.
-    return t + np.where(np.abs(x - t) >= F32(0.5), np.copysign(F32(1), x), F32(0))
+    return np.trunc(x + np.copysign(_JUST_BELOW_HALF, x))
 
 
 def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:

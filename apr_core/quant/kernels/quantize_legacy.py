@@ -84,18 +84,17 @@ def quantize_q8_0(values: np.ndarray) -> np.ndarray:
     x = as_blocks(values, QK)
     with np.errstate(all="ignore"):
         a = np.abs(x)
-        is_nan = np.isnan(a)
-        if is_nan.any():
+        amax = a.max(axis=1)  # NaN-propagating: a row with a NaN needs the C walk below
+        if np.isnan(amax).any():
             # C: amax = MAX(amax, fabsf(v)) = amax > |v| ? amax : |v|. A NaN |v| therefore
             # replaces amax, and the next element replaces the NaN: only elements after
             # the last NaN count, and a NaN in the last slot survives.
+            is_nan = np.isnan(a)
             last_nan = np.where(is_nan.any(axis=1),
                                 QK - 1 - np.argmax(is_nan[:, ::-1], axis=1), -1)
             after = np.arange(QK)[None, :] > last_nan[:, None]
             amax = np.where(after, a, F32(0)).max(axis=1)
             amax = np.where(last_nan == QK - 1, F32(np.nan), amax).astype(F32)
-        else:
-            amax = a.max(axis=1)
         d = amax / F32(127)
         inv = _recip(d)
         qs = c_int32(c_roundf(x * inv[:, None])).astype(np.int8).view(np.uint8)
