@@ -1,0 +1,184 @@
+"""Text in, text out: a model with its tokenizer and chat template (what `apr run` drives).
+
+    model = TextModel.load("model.gguf")
+    for piece in model.stream(model.prompt_ids("What is 2+2?", chat=True), max_tokens=16):
+        print(piece.text, end="")
+
+The tokenizer comes from the same file as the weights: GGUF `tokenizer.ggml.*` keys, the
+GGUF block an APR file carries in its metadata, or `tokenizer.json` in a Hugging Face
+directory. Text is streamed through `StreamingDetokenizer`, so no broken UTF-8 is emitted,
+and stop strings are held back until it is certain they do not match.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+
+from .errors import AprError, ErrorCode
+from .generate import generate_step
+from .sampling import Sampler, SamplerConfig
+from .text.chat import render_chat
+from .text.tokenizer import StreamingDetokenizer, Tokenizer
+
+
+class Piece(NamedTuple):
+    """One generated token and the text it completes (may be "" mid-character)."""
+
+    token_id: int
+    text: str
+
+
+class Generation(NamedTuple):
+    """A finished generation: text, token ids and timings (seconds)."""
+
+    text: str
+    token_ids: List[int]
+    prompt_tokens: int
+    finish_reason: str          # "stop" (EOS or stop string) or "length"
+    prefill_seconds: float
+    decode_seconds: float
+
+    def as_dict(self) -> Dict[str, Any]:
+        decoded = max(len(self.token_ids) - 1, 0)
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": len(self.token_ids),
+            "finish_reason": self.finish_reason,
+            "timings": {
+                "prefill_s": round(self.prefill_seconds, 4),
+                "decode_s": round(self.decode_seconds, 4),
+                "prefill_tok_s": _rate(self.prompt_tokens, self.prefill_seconds),
+                "decode_tok_s": _rate(decoded, self.decode_seconds),
+            },
+        }
+
+
+def _rate(count: int, seconds: float) -> Optional[float]:
+    return round(count / seconds, 2) if seconds > 0 and count else None
+
+
+def tokenizer_for(model_file: Any, path: Optional[str] = None) -> Tokenizer:
+    """The tokenizer stored with the weights (GGUF keys, APR's GGUF block, tokenizer.json)."""
+    if model_file.format == "gguf":
+        return Tokenizer.from_gguf_metadata(model_file.metadata)
+    gguf_block = model_file.metadata.get("gguf") if isinstance(model_file.metadata, dict) else None
+    if isinstance(gguf_block, dict) and isinstance(gguf_block.get("kv"), dict):
+        return Tokenizer.from_gguf_metadata(gguf_block["kv"])
+    if path and os.path.isdir(path) and os.path.isfile(os.path.join(path, "tokenizer.json")):
+        return Tokenizer.from_tokenizer_json(path)
+    raise AprError(ErrorCode.NOT_FOUND, "model carries no tokenizer (GGUF tokenizer keys or "
+                   "tokenizer.json)", path=path)
+
+
+class TextModel:
+    """A Transformer plus its tokenizer and chat template."""
+
+    def __init__(self, transformer: Any, tokenizer: Tokenizer,
+                 chat_template: Optional[str] = None) -> None:
+        self.transformer = transformer
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
+
+    @classmethod
+    def load(cls, path: str, dequantize_at_load: bool = False) -> "TextModel":
+        """Load weights, tokenizer and template from a model file or HF directory."""
+        from .formats.open import open_model
+        from .model.transformer import Transformer, read_hf_config
+        hf_config = read_hf_config(path) if os.path.isdir(path) else None
+        with open_model(path) as model_file:
+            transformer = Transformer.from_model_file(model_file, dequantize_at_load, hf_config)
+            tokenizer = tokenizer_for(model_file, path)
+        return cls(transformer, tokenizer)
+
+    # ------------------------------------------------------------------ prompts
+
+    def render(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool = True
+               ) -> str:
+        """Chat messages rendered with the model's own template."""
+        tok = self.tokenizer
+        bos = tok.decode([tok.bos_id]) if tok.bos_id is not None else ""
+        eos = tok.decode([tok.eos_id]) if tok.eos_id is not None else ""
+        return render_chat(messages, self.chat_template, add_generation_prompt,
+                           bos_token=bos, eos_token=eos)
+
+    def prompt_ids(self, prompt: str, chat: bool = False, system: Optional[str] = None
+                   ) -> List[int]:
+        """Token ids for a plain prompt, or for one user turn through the chat template."""
+        if not chat:
+            return self.tokenizer.encode(prompt, add_special=True, parse_special=False)
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": prompt}]
+        return self.chat_ids(messages)
+
+    def chat_ids(self, messages: Sequence[Dict[str, Any]]) -> List[int]:
+        text = self.render(messages)
+        # The template already wrote BOS where the model wants it; don't add a second.
+        ids = self.tokenizer.encode(text, add_special=False, parse_special=True)
+        tok = self.tokenizer
+        if tok.add_bos and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
+            ids = [tok.bos_id] + ids
+        return ids
+
+    # ------------------------------------------------------------------ generation
+
+    def stream(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
+               max_tokens: int = 128, stop: Sequence[str] = (), cache: Any = None
+               ) -> Iterator[Piece]:
+        """Yield generated pieces; ends at EOS/EOG, a stop string, or `max_tokens`."""
+        stops = [s for s in stop if s]
+        detok = StreamingDetokenizer(self.tokenizer)
+        held = ""   # text not yet emitted because it may be the start of a stop string
+        steps = generate_step(self.transformer, prompt_ids, Sampler(sampler or SamplerConfig(
+            temperature=0.0)), max_tokens, self.tokenizer.eog_ids, cache)
+        for token in steps:
+            held += detok.add(token)
+            cut = _first_stop(held, stops)
+            if cut is not None:
+                yield Piece(token, held[:cut])
+                return
+            safe = len(held) - _longest_stop_prefix(held, stops)
+            yield Piece(token, held[:safe])
+            held = held[safe:]
+        held += detok.flush()
+        cut = _first_stop(held, stops)
+        if held:
+            yield Piece(-1, held if cut is None else held[:cut])
+
+    def generate(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
+                 max_tokens: int = 128, stop: Sequence[str] = ()) -> Generation:
+        """Run `stream` to the end and collect text, ids and timings."""
+        start = time.perf_counter()
+        first = None
+        text: List[str] = []
+        ids: List[int] = []
+        for piece in self.stream(prompt_ids, sampler, max_tokens, stop):
+            if first is None:
+                first = time.perf_counter()
+            if piece.token_id >= 0:
+                ids.append(piece.token_id)
+            text.append(piece.text)
+        end = time.perf_counter()
+        first = first or end
+        body = "".join(text)
+        stopped = len(ids) < max_tokens or any(s and s in body for s in stop)
+        return Generation(body, ids, len(prompt_ids), "stop" if stopped else "length",
+                          first - start, end - first)
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> Optional[int]:
+    found = [text.find(s) for s in stops if s in text]
+    return min(found) if found else None
+
+
+def _longest_stop_prefix(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of a stop string."""
+    best = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:n]):
+                best = n
+                break
+    return best

@@ -1,0 +1,98 @@
+"""`apr run` (one prompt) and `apr chat` (an interactive or piped conversation)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from apr_core.pipeline import TextModel
+from apr_core.sampling import SamplerConfig
+
+from .common import emit_json, resolve_model
+
+
+def sampler_from(args: argparse.Namespace) -> SamplerConfig:
+    return SamplerConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                         min_p=args.min_p, repetition_penalty=args.repeat_penalty,
+                         seed=args.seed)
+
+
+def load(args: argparse.Namespace) -> TextModel:
+    start = time.perf_counter()
+    model = TextModel.load(resolve_model(args.model), dequantize_at_load=args.dequantize)
+    args.load_seconds = time.perf_counter() - start
+    return model
+
+
+def run_run(args: argparse.Namespace) -> int:
+    model = load(args)
+    ids = model.prompt_ids(args.prompt, chat=args.chat, system=args.system)
+    sampler = sampler_from(args)
+    if args.json:
+        result = model.generate(ids, sampler, args.max_tokens, args.stop or ()).as_dict()
+        result["timings"]["load_s"] = round(args.load_seconds, 3)
+        emit_json(result)
+        return 0
+    for piece in model.stream(ids, sampler, args.max_tokens, args.stop or ()):
+        sys.stdout.write(piece.text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    """Each input line is a user turn; the conversation history is kept across turns."""
+    model = load(args)
+    interactive = sys.stdin.isatty()
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    sampler = sampler_from(args)
+    while True:
+        if interactive:
+            sys.stdout.write("> ")
+            sys.stdout.flush()
+        line = sys.stdin.readline()
+        if not line:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/exit", "/quit"):
+            break
+        messages.append({"role": "user", "content": text})
+        reply = []
+        for piece in model.stream(model.chat_ids(messages), sampler, args.max_tokens,
+                                  args.stop or ()):
+            reply.append(piece.text)
+            sys.stdout.write(piece.text)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": "".join(reply)})
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
+    p.add_argument("-n", "--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--system", help="system prompt (chat)")
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--dequantize", action="store_true",
+                   help="dequantize weights to f32 at load (faster, more memory)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="generate text from a prompt")
+    _common(p)
+    p.add_argument("prompt")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: text, token_ids, timings")
+    p.set_defaults(func=run_run)
+    p = sub.add_parser("chat", help="chat with a model (interactive, or one turn per stdin line)")
+    _common(p)
+    p.set_defaults(func=run_chat)
