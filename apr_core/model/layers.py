@@ -181,18 +181,23 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, sc
     n_kv, L, _ = k.shape
     group = H // n_kv
     out = np.empty((T, H * hd), np.float32)
-    k_t = k.transpose(0, 2, 1)                                        # [n_kv, hd, L]
+    # Scores and softmax in float64: with large Q/K (Qwen2's K biases reach ~150) a dot
+    # product is a difference of big terms, and float32 cancellation there cost 10x the
+    # logit error of torch on Qwen2.5. The cost is small next to the weight matvecs
+    # (n_kv * L * hd values cast per layer), and V stays float32.
+    k_t = k.transpose(0, 2, 1).astype(np.float64)                     # [n_kv, hd, L]
     for start in range(0, T, ATTN_QUERY_BLOCK):
         stop = min(T, start + ATTN_QUERY_BLOCK)
         t = stop - start
         qb = q[start:stop].reshape(t, n_kv, group, hd).transpose(1, 2, 0, 3)
-        qb = qb.reshape(n_kv, group * t, hd) * np.float32(scale)       # [n_kv, g*t, hd]
+        qb = qb.reshape(n_kv, group * t, hd).astype(np.float64) * scale   # [n_kv, g*t, hd]
         scores = np.matmul(qb, k_t).reshape(n_kv, group, t, L)       # [n_kv, g, t, L]
         scores += attention_mask(q_pos[start:stop], L, window)        # [t, L] broadcast
         scores -= scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)
-        ctx = np.matmul(probs.reshape(n_kv, group * t, L), v)         # [n_kv, g*t, hd]
+        probs = probs.astype(np.float32).reshape(n_kv, group * t, L)
+        ctx = np.matmul(probs, v)                                     # [n_kv, g*t, hd]
         ctx = ctx.reshape(n_kv, group, t, hd).transpose(2, 0, 1, 3)   # [t, n_kv, g, hd]
         out[start:stop] = ctx.reshape(t, H * hd)
     return out
