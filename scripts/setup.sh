@@ -38,8 +38,13 @@ fi
 bash scripts/fetch_tokenizer_vectors.sh
 
 # Python 3.8 + numpy 1.17.5: what Pyodide 0.17 runs; apr_core must work there unchanged.
-PY38="$(command -v python3.8 || true)"
-[ -z "$PY38" ] && [ -x "$HOME/.pyenv/versions/3.8.18/bin/python" ] && PY38="$HOME/.pyenv/versions/3.8.18/bin/python"
+# (a pyenv shim named python3.8 may exist without working, so each candidate is tried)
+PY38=""
+for candidate in "$HOME"/.pyenv/versions/3.8*/bin/python python3.8; do
+  if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 8)' >/dev/null 2>&1; then
+    PY38="$candidate"; break
+  fi
+done
 if [ -n "$PY38" ]; then
   [ -x .venv38/bin/python ] || "$PY38" -m venv .venv38
   .venv38/bin/pip install $PIP_QUIET "numpy==1.17.5" pytest hypothesis lz4 zstandard \

@@ -154,7 +154,17 @@ GGUF_NAMES = {
 }
 
 
+# Gemma 3 names where they differ from LLaMA's (post_attention_layernorm is a post-norm).
+GEMMA3_GGUF_NAMES = dict(GGUF_NAMES, **{
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight"})
+
+
 def write_gguf_like_llama_cpp(model, config, arch, path, permute):
+    """The GGUF llama.cpp's converter would write for `model` (float32 tensors)."""
     gguf = pytest.importorskip("gguf")
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(config.num_hidden_layers)
@@ -163,25 +173,59 @@ def write_gguf_like_llama_cpp(model, config, arch, path, permute):
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
+    names = GGUF_NAMES
+    if arch == "gemma3":
+        names = GEMMA3_GGUF_NAMES
+        full = config.rope_parameters["full_attention"]
+        writer.add_rope_freq_base(float(full["rope_theta"]))
+        writer.add_key_length(config.head_dim)
+        writer.add_value_length(config.head_dim)
+        writer.add_sliding_window(config.sliding_window)
+        if full.get("rope_type") == "linear":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(float(full["factor"]))
+    else:
+        writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
     for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue
         array = tensor.float().numpy()
         if permute and name.endswith("q_proj.weight"):
             array = _permute_for_llama_cpp(array, config.num_attention_heads)
         if permute and name.endswith("k_proj.weight"):
             array = _permute_for_llama_cpp(array, config.num_key_value_heads)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            array = array + 1.0   # llama.cpp stores Gemma's (1 + w) norm weights
         if name.startswith("model.layers."):
             index, rest = name[len("model.layers."):].split(".", 1)
-            target = "blk.{}.{}".format(index, GGUF_NAMES[rest])
+            target = "blk.{}.{}".format(index, names[rest])
         else:
-            target = GGUF_NAMES[name]
+            target = names[name]
         writer.add_tensor(target, np.ascontiguousarray(array, np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def test_gemma3_gguf_norms_and_layer_pattern(tmp_path):
+    """Gemma 3 as llama.cpp stores it: norm weights already hold 1 + w, attention scale
+    1/sqrt(head_dim), every 6th layer global with the scaled RoPE, the others local."""
+    config = _gemma3()
+    config.query_pre_attn_scalar = config.head_dim   # what llama.cpp assumes (not stored)
+    model = build_hf_model(config, tmp_path / "hf")
+    path = tmp_path / "gemma3.gguf"
+    write_gguf_like_llama_cpp(model, config, "gemma3", path, permute=False)
+    ours = Transformer.from_path(str(path))
+    cfg = ours.config
+    assert cfg.source == "gguf" and cfg.norm_weight_offset == 0.0 and cfg.tied_embeddings
+    assert cfg.layer_types == ("sliding",) * 5 + ("full", "sliding")
+    assert cfg.rope_scaling.kind == "linear" and cfg.rope_theta_local == 10000.0
+    delta = float(np.abs(ours.forward(PROMPT) - torch_logits(model, PROMPT)).max())
+    print("gemma3 GGUF: max |delta| = {:.3g}".format(delta))
+    assert delta <= 1e-3
 
 
 @pytest.mark.parametrize("family,arch,permute,style", [

