@@ -53,8 +53,8 @@ def _tensors(config, family, source, seed, quant=None):
 
 def write_hf_model(directory, family="llama", seed=0, **overrides):
     """An HF directory for `family` with `HF_BASE` (+ overrides) as config.json."""
-    cfg = dict(HF_BASE, model_type=family, **overrides)
     fam = contracts()[family]
+    cfg = dict(HF_BASE, model_type=fam["architectures"]["hf"][0], **overrides)
     embed = fam["tensors"]["global"]["embedding"]["hf"]
     config = config_from_hf(cfg, {embed: None})
     os.makedirs(str(directory), exist_ok=True)

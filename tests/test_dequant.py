@@ -405,6 +405,25 @@ def test_rows_of_one_dimensional_and_bad_ranges():
     assert error_of(dequantize_rows, data[:-1], "Q8_0", (128,), 0, 1).code is ErrorCode.CORRUPT
 
 
+@pytest.mark.parametrize("name", ["Q4_0", "Q6_K", "IQ4_XS", "F16", "Q5_0", "F32"])
+def test_rows_into_a_reused_buffer_equal_fresh_rows(name):
+    row = dtypes.by_name(name)
+    shape = (141, 4 * 256)        # the largest range spans several kernel chunks
+    data = sample(name, row.nbytes(shape) // row.type_size, seed=11).tobytes()
+    buffer = np.full(141 * shape[-1], np.nan, np.float32)
+    for start, stop in [(0, 141), (5, 6), (17, 140), (0, 0)]:
+        out = buffer[:(stop - start) * shape[-1]]
+        got = dequantize_rows(data, name, shape, start, stop, out=out)
+        assert got.shape == (stop - start, shape[-1]) and np.shares_memory(got, buffer) \
+            or stop == start
+        assert_same_bits(got, dequantize_rows(data, name, shape, start, stop))
+    for bad in [np.empty(2 * shape[-1], np.float64), np.empty(3 * shape[-1], np.float32),
+                np.empty((2 * shape[-1], 2), np.float32)[:, 0]]:
+        with pytest.raises(AprError) as err:
+            dequantize_rows(data, name, shape, 0, 2, out=bad)
+        assert err.value.code is ErrorCode.ARGUMENT
+
+
 # --------------------------------------------------------------------------- quantize wrapper
 
 def test_quantize_wrapper_blocks_chunks_and_joins(monkeypatch):

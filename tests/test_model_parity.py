@@ -134,11 +134,11 @@ def test_sliding_window_changes_mistral_logits(tmp_path):
 # --------------------------------------------------------------------------- GGUF naming
 
 def _permute_for_llama_cpp(weight, n_head):
-    """The row order llama.cpp's converter gives LLaMA Q/K weights: within each head the
-    two rotary halves are interleaved, so ggml's adjacent-pair RoPE applies."""
-    rows, cols = weight.shape
-    return (weight.reshape(n_head, 2, rows // n_head // 2, cols)
-            .swapaxes(1, 2).reshape(rows, cols))
+    """The row order llama.cpp's converter gives LLaMA Q/K weights and biases: within each
+    head the two rotary halves are interleaved, so ggml's adjacent-pair RoPE applies."""
+    rows, rest = weight.shape[0], weight.shape[1:]
+    return (weight.reshape((n_head, 2, rows // n_head // 2) + rest)
+            .swapaxes(1, 2).reshape(weight.shape))
 
 
 GGUF_NAMES = {
@@ -148,6 +148,7 @@ GGUF_NAMES = {
     "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
     "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
     "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.o_proj.bias": "attn_output.bias",
     "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight":
     "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
@@ -188,13 +189,20 @@ def write_gguf_like_llama_cpp(model, config, arch, path, permute):
             writer.add_rope_scaling_factor(float(full["factor"]))
     else:
         writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    if config.rope_parameters.get("rope_type") == "llama3":
+        # llama.cpp bakes LLaMA-3 scaling into per-frequency divisors (rope_freqs.weight).
+        half = config.head_dim // 2
+        plain = 1.0 / config.rope_parameters["rope_theta"] ** (np.arange(half) * 2.0
+                                                               / config.head_dim)
+        scaled = model.model.rotary_emb.inv_freq.double().numpy()
+        writer.add_tensor("rope_freqs.weight", (plain / scaled).astype(np.float32))
     for name, tensor in model.state_dict().items():
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         array = tensor.float().numpy()
-        if permute and name.endswith("q_proj.weight"):
+        if permute and name.endswith(("q_proj.weight", "q_proj.bias")):
             array = _permute_for_llama_cpp(array, config.num_attention_heads)
-        if permute and name.endswith("k_proj.weight"):
+        if permute and name.endswith(("k_proj.weight", "k_proj.bias")):
             array = _permute_for_llama_cpp(array, config.num_key_value_heads)
         if arch == "gemma3" and name.endswith("norm.weight"):
             array = array + 1.0   # llama.cpp stores Gemma's (1 + w) norm weights
@@ -229,7 +237,8 @@ def test_gemma3_gguf_norms_and_layer_pattern(tmp_path):
 
 
 @pytest.mark.parametrize("family,arch,permute,style", [
-    ("llama", "llama", True, "interleaved"), ("qwen2", "qwen2", False, "neox")])
+    ("llama", "llama", True, "interleaved"), ("llama3_scaled", "llama", True, "interleaved"),
+    ("qwen2", "qwen2", False, "neox")])
 def test_gguf_rope_convention_per_arch(tmp_path, family, arch, permute, style):
     config = FAMILIES[family]()
     config.tie_word_embeddings = False

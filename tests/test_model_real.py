@@ -81,9 +81,9 @@ def test_smollm2_runs_with_weights_kept_quantized(smollm2, smollm2_gguf, monkeyp
     decoded = []
     real = weights_module.dequantize_rows
 
-    def counting(data, dtype, shape, start, stop):
+    def counting(data, dtype, shape, start, stop, out=None):
         decoded.append((stop - start) * shape[-1])
-        return real(data, dtype, shape, start, stop)
+        return real(data, dtype, shape, start, stop, out=out)
     monkeypatch.setattr(weights_module, "dequantize_rows", counting)
     cache = smollm2.new_cache(8)
     smollm2.forward(SMOL_IDS[:4], cache)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import AprError, ErrorCode
-from ..quant.quality import QualityReport, TensorQuality, check_values, measure, validate
+from ..quant.quality import QualityReport, TensorQuality, measure, validate
 from ..tensor import LazyTensor
 
 PRECISIONS = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
@@ -74,9 +74,25 @@ def targets(tensors: List[LazyTensor], meta: Dict[str, Any],
     return out
 
 
+def mark_file_type(meta: Dict[str, Any], quantize: Optional[str]) -> None:
+    """Record a llama.cpp file type in GGUF KV `general.file_type`, as llama.cpp does."""
+    if not quantize:
+        return
+    from ..quant.recipes import resolve
+    file_type = resolve(quantize)[1]
+    block = meta.get("gguf")
+    if file_type is None or not isinstance(block, dict) or not isinstance(block.get("kv"), dict):
+        return
+    block["kv"]["general.file_type"] = file_type.ftype
+    if isinstance(block.get("types"), dict):
+        block["types"]["general.file_type"] = "u32"
+
+
 def retype(tensors: List[LazyTensor], meta: Dict[str, Any],
            options: RetypeOptions) -> List[LazyTensor]:
-    """`tensors` with loaders that validate and re-encode as `targets()` says."""
+    """`tensors` with loaders that validate and re-encode as `targets()` says; a file
+    type is recorded in the metadata (`mark_file_type`)."""
+    mark_file_type(meta, options.quantize)
     chosen = targets(tensors, meta, options)
     total = len(tensors)
     return [_wrap(tensor, chosen[tensor.name], options, index, total)
@@ -130,4 +146,4 @@ def _wrap(tensor: LazyTensor, target: Optional[str], options: RetypeOptions, ind
     return LazyTensor(tensor.name, dtypes.by_name(target), tensor.shape, encode)
 
 
-__all__ = ["RetypeOptions", "retype", "targets", "check_values", "PRECISIONS"]
+__all__ = ["RetypeOptions", "retype", "targets", "mark_file_type", "PRECISIONS"]

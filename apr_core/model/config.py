@@ -175,8 +175,7 @@ def config_from_gguf(kv: Dict[str, Any], tensor_names: Any) -> ModelConfig:
     raw["rope_scaling"] = {"rope_type": kind, "factor": factor or 1.0}
     family = family_for(arch, "gguf")
     source = detect_source(tensor_names, family)
-    # GGUF marks tied embeddings by leaving out the output tensor.
-    raw["tied_embeddings"] = "output.weight" not in tensor_names
+    _from_gguf_tensors(raw, tensor_names)
     if family.constraints.get("sliding_window_pattern") is None:
         raw.pop("sliding_window", None)   # llama.cpp applies SWA only to such families
     return _build(raw, family, source)
@@ -190,7 +189,8 @@ def config_from_hf(cfg: Dict[str, Any], tensor_names: Any) -> ModelConfig:
     if isinstance(params, dict):
         per_type = {LAYER_TYPES[k]: v for k, v in params.items() if k in LAYER_TYPES}
         full = per_type.get("full", params)
-        raw.setdefault("rope_theta", full.get("rope_theta"))
+        if full.get("rope_theta") is not None:
+            raw.setdefault("rope_theta", full["rope_theta"])
         raw["rope_scaling"] = full
         if "sliding" in per_type:
             raw["rope_theta_local"] = per_type["sliding"].get("rope_theta")
@@ -223,8 +223,16 @@ def config_from_apr(meta: Dict[str, Any], tensor_names: Any) -> ModelConfig:
         family = family_for(model_type, "gguf")
     source = detect_source(tensor_names, family)
     if source == "gguf":
-        raw["tied_embeddings"] = "output.weight" not in tensor_names
+        _from_gguf_tensors(raw, tensor_names)
     return _build(raw, family, source)
+
+
+def _from_gguf_tensors(raw: Dict[str, Any], tensor_names: Any) -> None:
+    """GGUF states some options only by which tensors exist: tied embeddings by leaving
+    out `output.weight`, attention biases (a LLaMA with attention_bias) by having them."""
+    raw["tied_embeddings"] = "output.weight" not in tensor_names
+    if "blk.0.attn_q.bias" in tensor_names:
+        raw["qkv_bias"] = True
 
 
 def _rope_scaling(spec: Any) -> RopeScaling:

@@ -20,7 +20,7 @@ is called once on the whole tensor (F32's kernel returns a zero-copy view);
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -114,13 +114,19 @@ def _dequantize_blocks(blocks: np.ndarray, dtype: DType) -> np.ndarray:
         return _run_dequantize(kernel, blocks, dtype)
 
 
-def _run_dequantize(kernel: Kernel, blocks: np.ndarray, dtype: DType) -> np.ndarray:
+def _run_dequantize(kernel: Kernel, blocks: np.ndarray, dtype: DType,
+                    out: Optional[np.ndarray] = None) -> np.ndarray:
     n, width = blocks.shape[0], dtype.block_size
     step = _chunk_blocks(dtype, kernel)
-    if n <= step or getattr(kernel, "whole_tensor", False):
-        return _kernel_result(kernel(blocks), n, width, dtype, "dequantize", np.float32)
-    out = np.empty((n, width), np.float32)
     fills_out = getattr(kernel, "fills_out", False)
+    if out is None and (n <= step or getattr(kernel, "whole_tensor", False)):
+        return _kernel_result(kernel(blocks), n, width, dtype, "dequantize", np.float32)
+    if out is None:
+        out = np.empty((n, width), np.float32)
+    elif fills_out and not hasattr(kernel, "chunk_elements"):
+        # The caller owns (and reuses) the destination, so there is no fresh scratch to
+        # page-fault: one call over the whole range beats many small ones.
+        step = n
     for start in range(0, n, step):
         stop = min(n, start + step)
         if fills_out:
@@ -153,13 +159,15 @@ def dequantize_raw(raw: RawTensor) -> np.ndarray:
 
 
 def dequantize_rows(data: Any, dtype: DTypeLike, shape: Any, start_row: int,
-                    end_row: int) -> np.ndarray:
+                    end_row: int, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Rows `[start_row, end_row)` of the tensor, as float32 `[end_row - start_row, shape[-1]]`.
 
     A row is one innermost-dimension run (the tensor viewed as `[prod(shape[:-1]),
     shape[-1]]`). Only those rows' bytes are decoded, so a caller can walk a large
     weight in bounded memory; `data` is the whole tensor's bytes (a memoryview of an
-    mmap costs nothing to pass).
+    mmap costs nothing to pass). `out`, a C-contiguous float32 array of exactly that many
+    elements, receives the rows (and is returned reshaped): a caller walking a weight
+    reuses one buffer instead of allocating per block of rows.
     """
     dt = _as_dtype(dtype)
     dims = _as_shape(shape, dt)
@@ -180,7 +188,19 @@ def dequantize_rows(data: Any, dtype: DTypeLike, shape: Any, start_row: int,
         return np.zeros((stop - start, 0), np.float32)
     row_bytes = inner // dt.block_size * dt.type_size
     part = buf[start * row_bytes:stop * row_bytes].reshape(-1, dt.type_size)
-    return _dequantize_blocks(part, dt).reshape(stop - start, inner)
+    if out is None:
+        return _dequantize_blocks(part, dt).reshape(stop - start, inner)
+    if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.flags.c_contiguous
+            and out.size == (stop - start) * inner):
+        raise AprError(ErrorCode.ARGUMENT, "out must be a C-contiguous float32 array of the "
+                       "rows' size", expected=(stop - start) * inner,
+                       got=getattr(out, "shape", None))
+    blocks_out = out.reshape(-1, dt.block_size)                 # [n_blocks, block_size]
+    if part.shape[0]:
+        kernel = registry.lookup("dequantize", dt.name)
+        with np.errstate(invalid="ignore", over="ignore"):
+            _run_dequantize(kernel, part, dt, blocks_out)
+    return out.reshape(stop - start, inner)
 
 
 def quantize(values: Any, dtype: DTypeLike) -> bytes:

@@ -71,37 +71,40 @@ class Rule(NamedTuple):
 
 
 class FileType(NamedTuple):
-    """One llama.cpp file type: default dtype, per-category rules (first match wins)."""
+    """One llama.cpp file type: its `llama_ftype` id (GGUF `general.file_type`), default
+    dtype and per-category rules (first match wins)."""
 
     name: str
+    ftype: int
     default: str
     rules: Dict[str, Tuple[Rule, ...]]
 
 
-def _ft(name: str, default: str, **rules: Sequence[Tuple[str, str]]) -> FileType:
-    return FileType(name, default, {cat: tuple(Rule(*r) for r in rs) for cat, rs in rules.items()})
+def _ft(name: str, ftype: int, default: str, **rules: Sequence[Tuple[str, str]]) -> FileType:
+    return FileType(name, ftype, default,
+                    {cat: tuple(Rule(*r) for r in rs) for cat, rs in rules.items()})
 
 
 # THE recipe table. Conditions: "always"; "more_bits" (llama.cpp's use_more_bits);
 # "first_8th"/"first_16th" (i < n/8, i < n/16); "first_2"/"first_4" (i < 2, i < 4);
 # "gqa4" (n_head / n_head_kv >= 4).
 FILE_TYPES = {ft.name: ft for ft in (
-    _ft("F32", "F32"), _ft("F16", "F16"), _ft("BF16", "BF16"),
-    _ft("Q4_0", "Q4_0"), _ft("Q4_1", "Q4_1"), _ft("Q5_0", "Q5_0"), _ft("Q5_1", "Q5_1"),
-    _ft("Q8_0", "Q8_0"),
-    _ft("Q2_K", "Q2_K", attn_v=[("gqa4", "Q4_K"), ("always", "Q3_K")],
+    _ft("F32", 0, "F32"), _ft("F16", 1, "F16"), _ft("BF16", 32, "BF16"),
+    _ft("Q4_0", 2, "Q4_0"), _ft("Q4_1", 3, "Q4_1"), _ft("Q5_0", 8, "Q5_0"), _ft("Q5_1", 9, "Q5_1"),
+    _ft("Q8_0", 7, "Q8_0"),
+    _ft("Q2_K", 10, "Q2_K", attn_v=[("gqa4", "Q4_K"), ("always", "Q3_K")],
         ffn_down=[("always", "Q3_K")], attn_output=[("always", "Q3_K")]),
-    _ft("Q3_K_S", "Q3_K"),
-    _ft("Q3_K_M", "Q3_K", attn_v=[("first_2", "Q5_K"), ("always", "Q4_K")],
+    _ft("Q3_K_S", 11, "Q3_K"),
+    _ft("Q3_K_M", 12, "Q3_K", attn_v=[("first_2", "Q5_K"), ("always", "Q4_K")],
         ffn_down=[("first_16th", "Q5_K"), ("always", "Q4_K")],
         attn_output=[("always", "Q4_K")]),
-    _ft("Q3_K_L", "Q3_K", attn_v=[("always", "Q5_K")], ffn_down=[("always", "Q5_K")],
+    _ft("Q3_K_L", 13, "Q3_K", attn_v=[("always", "Q5_K")], ffn_down=[("always", "Q5_K")],
         attn_output=[("always", "Q5_K")]),
-    _ft("Q4_K_S", "Q4_K", attn_v=[("first_4", "Q5_K")], ffn_down=[("first_8th", "Q5_K")]),
-    _ft("Q4_K_M", "Q4_K", attn_v=[("more_bits", "Q6_K")], ffn_down=[("more_bits", "Q6_K")]),
-    _ft("Q5_K_S", "Q5_K"),
-    _ft("Q5_K_M", "Q5_K", attn_v=[("more_bits", "Q6_K")], ffn_down=[("more_bits", "Q6_K")]),
-    _ft("Q6_K", "Q6_K"),
+    _ft("Q4_K_S", 14, "Q4_K", attn_v=[("first_4", "Q5_K")], ffn_down=[("first_8th", "Q5_K")]),
+    _ft("Q4_K_M", 15, "Q4_K", attn_v=[("more_bits", "Q6_K")], ffn_down=[("more_bits", "Q6_K")]),
+    _ft("Q5_K_S", 16, "Q5_K"),
+    _ft("Q5_K_M", 17, "Q5_K", attn_v=[("more_bits", "Q6_K")], ffn_down=[("more_bits", "Q6_K")]),
+    _ft("Q6_K", 18, "Q6_K"),
 )}
 # attn_qkv / attn_kv_b follow the attn_v rules and share its counter: llama.cpp tests
 # "attn_v-like" before its own attn_qkv branch, so that branch is never reached.

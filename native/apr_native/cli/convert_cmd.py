@@ -1,4 +1,5 @@
-"""`apr convert` / `apr validate`: format conversion without re-quantizing, and integrity checks."""
+"""`apr convert` / `apr validate`: format conversion (re-encoding with --quantize /
+--precision, see quantize_cmd), and integrity checks."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,12 @@ from apr_core.formats.convert import convert
 from apr_core.formats.open import open_model
 
 from .common import emit_json, parse_size, resolve_model
+from .quantize_cmd import add_retype_arguments, run_conversion
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    if args.quantize or args.precision:
+        return run_conversion(args, args.quantize)
     path = resolve_model(args.model)
     start = time.perf_counter()
     fmt = convert(path, args.output, args.format, compression=args.compress,
@@ -66,7 +70,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-size", help="write a sharded APR model, e.g. 512M")
     p.add_argument("--dequantize", action="store_true",
                    help="SafeTensors output: dequantize block types to F32 instead of packing")
-    p.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
+    p.add_argument("--quantize", metavar="TYPE|FILETYPE",
+                   help="a plain type in lower case (q4_k, q8_0) or a llama.cpp file type "
+                        "(Q4_K_M, Q8_0: its recipe)")
+    add_retype_arguments(p)
+    p.add_argument("-f", "--force", action="store_true",
+                   help="overwrite an existing output (and, when re-encoding, ignore "
+                        "validation failures)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_convert)
     p = sub.add_parser("validate", help="verify checksums and structure, decode every tensor")

@@ -9,10 +9,10 @@ from typing import List, Optional
 
 from apr_core.errors import AprError
 
-from . import convert_cmd, inspect_cmd, run_cmd
+from . import convert_cmd, inspect_cmd, quantize_cmd, run_cmd
 from .common import EXIT_ARGS, EXIT_GENERAL, emit_json
 
-COMMAND_GROUPS = (inspect_cmd, convert_cmd, run_cmd)
+COMMAND_GROUPS = (inspect_cmd, convert_cmd, quantize_cmd, run_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

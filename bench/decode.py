@@ -1,0 +1,65 @@
+"""Benchmark: apr's numpy transformer decode vs llama.cpp (llama-cpp-python), same run.
+
+    python bench/decode.py [--model demo] [--tokens 32] [--threads 1]
+
+Greedy-decodes `--tokens` tokens after an 8-token prompt with apr (weights kept quantized,
+and dequantized at load) and with llama.cpp on the same GGUF, and prints tokens/s and the
+apr/llama.cpp ratios. `--threads` sets OpenBLAS and llama.cpp threads: OpenBLAS threads
+spin between the many small per-layer matvecs, so 1 is usually fastest for numpy decode.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    # Must be set before numpy loads OpenBLAS.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
+    from apr_native.real_models import locate
+    from apr_core.generate import generate
+    from apr_core.model import Transformer
+    path = str(locate(args.model))
+    prompt = [1, 504, 3458, 282, 4649, 314, 28, 253]
+    rates = {}
+    for label, dense in (("apr quantized", False), ("apr dense", True)):
+        model = Transformer.from_path(path, dequantize_at_load=dense)
+        model.forward(prompt[:2])                                   # warm up BLAS
+        start = time.perf_counter()
+        out = generate(model, prompt, max_tokens=args.tokens)
+        rates[label] = len(out) / (time.perf_counter() - start)
+        del model
+    try:
+        import llama_cpp
+    except ImportError:
+        llama_cpp = None
+    if llama_cpp is not None:
+        llm = llama_cpp.Llama(path, n_ctx=256, n_threads=args.threads, verbose=False)
+        llm.eval(prompt)
+        start = time.perf_counter()
+        count = 0
+        for _ in llm.generate(prompt, temp=0.0, reset=True):
+            count += 1
+            if count == args.tokens:
+                break
+        rates["llama.cpp"] = count / (time.perf_counter() - start)
+    for label, rate in rates.items():
+        line = "{:14s} {:7.2f} tok/s".format(label, rate)
+        if "llama.cpp" in rates and label != "llama.cpp":
+            line += "   ({:.3f}x llama.cpp)".format(rate / rates["llama.cpp"])
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
