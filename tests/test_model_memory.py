@@ -6,6 +6,10 @@ baseline; the other does the same, then loads SmolLM2-135M Q4_1 (weights kept qu
 and greedily generates 8 tokens. Each reports `ru_maxrss` (KiB on Linux) of itself.
 
     peak_rss(model run) <= 1.5 * file_size + peak_rss(baseline)
+
+Linux carries a process's peak RSS across fork + exec (`ru_maxrss` of a child forked from
+this test process, which may hold other models, starts at this process's peak), so each
+child is started from a small launcher process: its `ru_maxrss` then counts only itself.
 """
 import os
 import subprocess
@@ -29,10 +33,12 @@ if len(sys.argv) > 1:
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
+LAUNCHER = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+
 
 def peak_rss_bytes(*args):
-    done = subprocess.run([sys.executable, "-c", CHILD] + list(args),
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, sys.executable, "-c", CHILD]
+                          + list(args), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     kib = int(done.stdout.split()[-1])
     return kib * 1024

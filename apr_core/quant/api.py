@@ -2,7 +2,7 @@
 
     dequantize(data, dtype, shape)                     -> float32 array of `shape`
     dequantize_raw(raw_tensor)                         -> float32 array of raw.shape
-    dequantize_rows(data, dtype, shape, start, stop)   -> float32 [stop - start, shape[-1]]
+    dequantize_rows(data, dtype, shape, start, stop[, out]) -> float32 [stop - start, shape[-1]]
     quantize(values, dtype)                            -> bytes
     supported_types(kind)                              -> names with a registered kernel
 
