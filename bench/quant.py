@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import warnings
 from typing import Callable, Dict, List, Optional
 
@@ -24,26 +23,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from apr_core import dtypes  # noqa: E402
 from apr_core.quant import dequantize, supported_types  # noqa: E402
+from bench.bench_timing import best_seconds as _best_seconds  # noqa: E402
 from bench.quant_quantize import bench_quantize  # noqa: E402
 
 ROW_ELEMENTS = 4096  # a whole number of blocks for every block size (1, 32, 256)
-
-
-def _best_seconds(fns: List[Optional[Callable[[], object]]], repeat: int) -> List[Optional[float]]:
-    """Best CPU time of each function; runs alternate so load changes hit all alike.
-
-    CPU time (`process_time`, which counts page faults too) rather than wall time: both
-    sides are single-threaded, and on a shared machine waiting for a core is not work.
-    """
-    best: List[Optional[float]] = [None if fn is None else float("inf") for fn in fns]
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            if fn is None:
-                continue
-            start = time.process_time()
-            fn()
-            best[i] = min(best[i], time.process_time() - start)  # type: ignore[type-var]
-    return best
 
 
 def _gguf_dequantizer(dtype: dtypes.DType) -> Optional[Callable[[np.ndarray], np.ndarray]]:

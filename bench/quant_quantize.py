@@ -8,7 +8,6 @@ K-quants show "-" for it (their peer is ggml's C, which is not a numpy peer).
 """
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Callable, Dict, List, Optional
 
@@ -16,21 +15,9 @@ import numpy as np
 
 from apr_core import dtypes
 from apr_core.quant import quantize, supported_types
+from bench.bench_timing import best_seconds as _best_seconds
 
 ROW_ELEMENTS = 4096  # a whole number of blocks for every block size (1, 32, 256)
-
-
-def _best_seconds(fns: List[Optional[Callable[[], object]]], repeat: int) -> List[Optional[float]]:
-    """Best CPU time of each function, runs alternating (see bench/quant.py for why CPU)."""
-    best: List[Optional[float]] = [None if fn is None else float("inf") for fn in fns]
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            if fn is None:
-                continue
-            start = time.process_time()
-            fn()
-            best[i] = min(best[i], time.process_time() - start)  # type: ignore[type-var]
-    return best
 
 
 def _gguf_quantizer(dtype: dtypes.DType) -> Optional[Callable[[np.ndarray], np.ndarray]]:

@@ -14,13 +14,11 @@ before anything is decompressed or yielded; any violation raises `AprError(CORRU
 """
 from __future__ import annotations
 
-import operator
 import struct
-import sys
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 from ..errors import AprError, ErrorCode
-from . import BLOCK_SIZE, CODEC_LZ4, CODEC_NAMES, CODEC_NONE, CODEC_ZSTD
+from . import BLOCK_SIZE, CODEC_LZ4, CODEC_NAMES, CODEC_NONE, CODEC_ZSTD, checked_raw_size
 from . import lz4 as _lz4
 from . import zstd as _zstd
 
@@ -85,17 +83,7 @@ def decompress(codec: int, data: BytesLike, raw_size: int) -> bytes:
 
 
 def _check_raw_size(raw_size: int) -> int:
-    try:
-        raw_size = operator.index(raw_size)
-    except TypeError:
-        raise AprError(ErrorCode.ARGUMENT, "raw_size must be an integer",
-                       raw_size=repr(raw_size)) from None
-    if raw_size < 0:
-        raise AprError(ErrorCode.CORRUPT, "negative raw size", raw_size=raw_size)
-    if raw_size > sys.maxsize:
-        raise AprError(ErrorCode.MEMORY, "raw size exceeds this platform's address space",
-                       raw_size=raw_size, limit=sys.maxsize)
-    return raw_size
+    return checked_raw_size(raw_size, "block framing")
 
 
 def block_count(raw_size: int) -> int:

@@ -19,11 +19,10 @@ would reject blocks `lz4.block` accepts.
 """
 from __future__ import annotations
 
-import operator
-import sys
-from typing import Dict, Tuple, Union
+from typing import Tuple, Union
 
 from ..errors import AprError, ErrorCode
+from . import checked_raw_size
 
 try:  # The C extension is an accelerator only; apr_core never requires it.
     import lz4.block as _lz4block
@@ -62,16 +61,7 @@ def check_raw_size(data_len: int, raw_size: int) -> int:
 
     Returns it as a plain int (index values parsed elsewhere may be int-like objects).
     """
-    try:
-        raw_size = operator.index(raw_size)
-    except TypeError:
-        raise AprError(ErrorCode.ARGUMENT, "raw_size must be an integer",
-                       raw_size=repr(raw_size)) from None
-    if raw_size < 0:
-        raise _corrupt("negative raw size", raw_size=raw_size)
-    if raw_size > sys.maxsize:
-        raise AprError(ErrorCode.MEMORY, "LZ4 raw size exceeds this platform's address space",
-                       raw_size=raw_size, limit=sys.maxsize)
+    raw_size = checked_raw_size(raw_size, "LZ4 block")
     if raw_size > MAX_EXPANSION * data_len:
         raise _corrupt("raw size impossible for the compressed length",
                        raw_size=raw_size, compressed_size=data_len)

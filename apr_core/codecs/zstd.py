@@ -16,10 +16,10 @@ trailing bytes and size mismatches raise `AprError(CORRUPT)`.
 from __future__ import annotations
 
 import operator
-import sys
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 from ..errors import AprError, ErrorCode
+from . import checked_raw_size
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
@@ -62,17 +62,7 @@ def _corrupt(message: str, **context: object) -> AprError:
 
 
 def _check_raw_size(raw_size: int) -> int:
-    try:
-        raw_size = operator.index(raw_size)
-    except TypeError:
-        raise AprError(ErrorCode.ARGUMENT, "raw_size must be an integer",
-                       raw_size=repr(raw_size)) from None
-    if raw_size < 0:
-        raise _corrupt("negative raw size", raw_size=raw_size)
-    if raw_size > sys.maxsize:
-        raise AprError(ErrorCode.MEMORY, "zstd raw size exceeds this platform's address space",
-                       raw_size=raw_size, limit=sys.maxsize)
-    return raw_size
+    return checked_raw_size(raw_size, "zstd")
 
 
 class StdlibBackend:
