@@ -32,6 +32,16 @@ from apr_core.formats.apr2 import write_apr2_bytes, read_apr2
 t = RawTensor("w", dtypes.BY_NAME["F32"], (2, 3), bytes(range(24)))
 data = write_apr2_bytes([t], {{"model_type": "test"}}, compression="lz4")
 assert read_apr2(data).read_raw("w").data == t.data
+import os, tempfile
+from apr_core.formats.convert import convert
+from apr_core.formats.gguf import write_gguf
+with tempfile.TemporaryDirectory() as tmp:
+    write_gguf(os.path.join(tmp, "m.gguf"), [t], {{"general.architecture": "test"}})
+    convert(os.path.join(tmp, "m.gguf"), os.path.join(tmp, "m.apr"), compression="lz4")
+    convert(os.path.join(tmp, "m.apr"), os.path.join(tmp, "m.safetensors"))
+    convert(os.path.join(tmp, "m.safetensors"), os.path.join(tmp, "back.gguf"))
+    with open(os.path.join(tmp, "m.gguf"), "rb") as a, open(os.path.join(tmp, "back.gguf"), "rb") as b:
+        assert a.read() == b.read()
 print("ok")
 """
 

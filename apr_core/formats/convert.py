@@ -112,15 +112,16 @@ def convert(source: Any, dest: str, fmt: Optional[str] = None, *,
     (a `quant.quality.QualityReport`, or a callable taking each `TensorQuality`) receives
     the per-tensor quality rows; `progress(name, done, total)` is called per tensor.
     """
-    from .convert_quant import RetypeOptions, retype
     target = output_format(dest, fmt)
-    options = RetypeOptions(quantize, precision, force, keep_embeddings_q8, report, progress)
     model = source if isinstance(source, ModelFile) else open_model(source, verify=verify)
     try:
         meta = apr_metadata(model)
         tensors = unpack_tensors(model, meta)
-        if options.active or progress is not None:
-            tensors = retype(tensors, meta, options)
+        if quantize or precision or progress is not None:
+            # numpy is needed only to re-type tensors: plain conversions stay stdlib-only.
+            from .convert_quant import RetypeOptions, retype
+            tensors = retype(tensors, meta, RetypeOptions(
+                quantize, precision, force, keep_embeddings_q8, report, progress))
         if target == "apr":
             meta.pop(md.PACKED_KEY, None)
             _write_apr(dest, tensors, meta, compression, alignment, max_shard_size, overwrite)
