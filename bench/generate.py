@@ -77,26 +77,8 @@ def hf_model(path, name):
             os.path.dirname(path), gguf_file=os.path.basename(path),
             dtype=torch.float32).eval()
     sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-    import gguf
-    from test_model_real import _hf_name
-    reader = gguf.GGUFReader(path)
-
-    def kv(key):
-        field = reader.fields["qwen2." + key]
-        return field.parts[field.data[0]][0].item()
-    config = transformers.Qwen2Config(
-        vocab_size=151936, hidden_size=kv("embedding_length"),
-        intermediate_size=kv("feed_forward_length"), num_hidden_layers=kv("block_count"),
-        num_attention_heads=kv("attention.head_count"),
-        num_key_value_heads=kv("attention.head_count_kv"),
-        rms_norm_eps=kv("attention.layer_norm_rms_epsilon"), rope_theta=kv("rope.freq_base"),
-        max_position_embeddings=kv("context_length"), tie_word_embeddings=False)
-    model = transformers.Qwen2ForCausalLM(config).float().eval()
-    state = {_hf_name(t.name): torch.from_numpy(np.array(
-        gguf.dequantize(t.data, t.tensor_type), np.float32).reshape(
-        tuple(reversed([int(d) for d in t.shape])))) for t in reader.tensors}
-    model.load_state_dict(state, strict=False)
-    return model
+    from test_model_real import qwen2_from_gguf
+    return qwen2_from_gguf(path)[0]
 
 
 def torch_runner(path, name):

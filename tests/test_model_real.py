@@ -121,11 +121,14 @@ def _hf_name(gguf_name):
 
 
 @pytest.mark.oracle
-def test_qwen25_logits_match_transformers(qwen_gguf):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    gguf = pytest.importorskip("gguf")
-    reader = gguf.GGUFReader(qwen_gguf)
+def qwen2_from_gguf(path):
+    """A float32 transformers Qwen2 built from a GGUF's settings and gguf-py's dequantized
+    tensors (transformers' own GGUF loader takes minutes on the 151k-token vocabulary).
+    Returns (model, missing, unexpected) from `load_state_dict(strict=False)`."""
+    import gguf
+    import torch
+    import transformers
+    reader = gguf.GGUFReader(path)
 
     def kv(key):
         field = reader.fields["qwen2." + key]
@@ -146,8 +149,15 @@ def test_qwen25_logits_match_transformers(qwen_gguf):
                 [int(d) for d in tensor.shape]))))
     model = transformers.Qwen2ForCausalLM(config).float().eval()
     missing, unexpected = model.load_state_dict(state, strict=False)
+    return model, missing, unexpected
+
+
+def test_qwen25_logits_match_transformers(qwen_gguf):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    model, missing, unexpected = qwen2_from_gguf(qwen_gguf)
     assert not unexpected and all("rotary" in m for m in missing)
-    del state
     with torch.no_grad():
         expected = model(torch.tensor([QWEN_IDS])).logits[0].numpy()
     del model
