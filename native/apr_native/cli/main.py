@@ -2,23 +2,36 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import pkgutil
 import sys
 import traceback
 from typing import List, Optional
 
 from apr_core.errors import AprError
 
-from . import convert_cmd, inspect_cmd, quantize_cmd, run_cmd
 from .common import EXIT_ARGS, EXIT_GENERAL, emit_json
 
-COMMAND_GROUPS = (inspect_cmd, convert_cmd, quantize_cmd, run_cmd)
+
+def command_groups() -> list:
+    """Every `*_cmd` module of this package, in name order; each has `register(subparsers)`.
+
+    A command group joins the CLI by existing: no central list to edit."""
+    package = __name__.rpartition(".")[0]
+    names = sorted(info.name for info in pkgutil.iter_modules(_package_path())
+                   if info.name.endswith("_cmd"))
+    return [importlib.import_module("{}.{}".format(package, name)) for name in names]
+
+
+def _package_path() -> List[str]:
+    return [os.path.dirname(os.path.abspath(__file__))]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="apr", description="APR model operations tool")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for group in COMMAND_GROUPS:
+    for group in command_groups():
         group.register(sub)
     return parser
 
