@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 from .errors import AprError, ErrorCode
 from .generate import generate_step
@@ -67,6 +67,10 @@ def tokenizer_for(model_file: Any, path: Optional[str] = None) -> Tokenizer:
     gguf_block = model_file.metadata.get("gguf") if isinstance(model_file.metadata, dict) else None
     if isinstance(gguf_block, dict) and isinstance(gguf_block.get("kv"), dict):
         return Tokenizer.from_gguf_metadata(gguf_block["kv"])
+    meta = model_file.metadata if isinstance(model_file.metadata, dict) else {}
+    if isinstance(meta.get("hf_tokenizer"), dict):     # an APR file made from a HF directory
+        return Tokenizer.from_tokenizer_json(meta["hf_tokenizer"],
+                                             meta.get("hf_tokenizer_config") or {})
     if path and os.path.isdir(path) and os.path.isfile(os.path.join(path, "tokenizer.json")):
         return Tokenizer.from_tokenizer_json(path)
     raise AprError(ErrorCode.NOT_FOUND, "model carries no tokenizer (GGUF tokenizer keys or "
@@ -83,12 +87,16 @@ class TextModel:
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
 
     @classmethod
-    def load(cls, path: str, dequantize_at_load: bool = False) -> "TextModel":
-        """Load weights, tokenizer and template from a model file or HF directory."""
+    def load(cls, path: str, dequantize_at_load: bool = False,
+             opener: Optional[Callable[[str], Any]] = None) -> "TextModel":
+        """Load weights, tokenizer and template from a model file or HF directory.
+
+        `opener(path)` opens the file (default `open_model`; apr_native passes its mmap
+        loader)."""
         from .formats.open import open_model
         from .model.transformer import Transformer, read_hf_config
         hf_config = read_hf_config(path) if os.path.isdir(path) else None
-        with open_model(path) as model_file:
+        with (opener or open_model)(path) as model_file:
             transformer = Transformer.from_model_file(model_file, dequantize_at_load, hf_config)
             tokenizer = tokenizer_for(model_file, path)
         return cls(transformer, tokenizer)

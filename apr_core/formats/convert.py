@@ -34,16 +34,24 @@ def output_format(path: str, fmt: Optional[str] = None) -> str:
     return FORMAT_BY_EXTENSION[ext]
 
 
-def apr_metadata(model: ModelFile) -> Dict[str, Any]:
-    """The model's metadata in APR form, whatever format it was read from."""
+def apr_metadata(model: ModelFile, source: Any = None) -> Dict[str, Any]:
+    """The model's metadata in APR form, whatever format it was read from. When `source`
+    is a Hugging Face model directory (or a weights file in one), its config, tokenizer and
+    generation settings come along (`hf_dir.HF_FILES`)."""
+    if model.format == "safetensors":
+        from .hf_dir import hf_directory, read_side_files
+        meta = md.from_safetensors(model.metadata)
+        directory = hf_directory(source)
+        if directory is not None:
+            for key, value in read_side_files(directory).items():
+                meta.setdefault(key, value)
+        return meta
     if model.format == "gguf":
         from .gguf import gguf_kv_block
         meta = md.from_gguf(gguf_kv_block(model))
         # APR indexes are sorted by name; remember GGUF's order so an export restores it.
         meta["gguf"]["tensor_order"] = list(model.tensors)
         return meta
-    if model.format == "safetensors":
-        return md.from_safetensors(model.metadata)
     return dict(model.metadata)
 
 
@@ -115,8 +123,12 @@ def convert(source: Any, dest: str, fmt: Optional[str] = None, *,
     target = output_format(dest, fmt)
     model = source if isinstance(source, ModelFile) else open_model(source, verify=verify)
     try:
-        meta = apr_metadata(model)
+        meta = apr_metadata(model, source)
         tensors = unpack_tensors(model, meta)
+        if target == "gguf" and "gguf" not in meta and "hf_config" in meta:
+            # A HF model becomes a llama.cpp model: GGUF names, layouts and KV pairs.
+            from ..model.gguf_export import hf_to_gguf
+            tensors = hf_to_gguf(tensors, meta)
         if quantize or precision or progress is not None:
             # numpy is needed only to re-type tensors: plain conversions stay stdlib-only.
             from .convert_quant import RetypeOptions, retype
