@@ -18,7 +18,7 @@ def command_groups() -> list:
     """Every `*_cmd` module of this package, in name order; each has `register(subparsers)`.
 
     A command group joins the CLI by existing: no central list to edit."""
-    package = __name__.rpartition(".")[0]
+    package = __package__ or __name__.rpartition(".")[0]  # __name__ is "__main__" under -m
     names = sorted(info.name for info in pkgutil.iter_modules(_package_path())
                    if info.name.endswith("_cmd"))
     return [importlib.import_module("{}.{}".format(package, name)) for name in names]
