@@ -1,13 +1,20 @@
 """How long `inspect` takes on a 50 GB model, and how many bytes it reads (APR v2 and GGUF).
 
 Builds sparse files (a real header and index describing ~50 GB of tensors, the data a hole)
-and times `open_model(..., verify=False)` against gguf-py's GGUFReader on the same GGUF.
+and times `open_model(..., verify=False)` against gguf-py's GGUFReader on the same GGUF, and
+the CLI path too: `apr inspect --json` in-process (what a user waits for once Python is up,
+bytes read counted at the FileSource) and as a fresh `python -m apr_native.cli.main`
+process (interpreter start and imports included).
 Usage: python bench/inspect_huge.py [--gib 50]
 """
 import argparse
+import contextlib
+import io
 import json
 import os
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -64,6 +71,38 @@ def time_inspect(path):
     return time.perf_counter() - start, source.bytes_read, n
 
 
+def time_cli(path):
+    """`apr inspect PATH --json` through the CLI entry point: (seconds, bytes read,
+    seconds of it spent building the argument parser of every command)."""
+    from apr_core import io as apr_io
+    from apr_native.cli.main import build_parser, main as apr_main
+    counted = []
+    original = apr_io.FileSource._read
+
+    def counting(self, offset, length):
+        counted.append(length)
+        return original(self, offset, length)
+    apr_io.FileSource._read = counting
+    try:
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = apr_main(["inspect", path, "--json"])
+        seconds = time.perf_counter() - start
+    finally:
+        apr_io.FileSource._read = original
+    assert code == 0, code
+    start = time.perf_counter()
+    build_parser()
+    return seconds, sum(counted), time.perf_counter() - start
+
+
+def time_cli_process(path):
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "apr_native.cli.main", "inspect", path, "--json"],
+                   check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, APR_QUIET="1"))
+    return time.perf_counter() - start
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--gib", type=int, default=50)
@@ -87,6 +126,11 @@ def main():
                 except ImportError:
                     pass
             print(line)
+            time_cli(path)  # warm-up: CLI modules
+            cli, cli_read, parser = time_cli(path)
+            print("      apr inspect --json (CLI, in-process) {:7.2f} ms (argparse setup {:.1f} "
+                  "ms)  read {:,} bytes  | fresh process {:.0f} ms".format(
+                      cli * 1e3, parser * 1e3, cli_read, time_cli_process(path) * 1e3))
             os.unlink(path)
 
 

@@ -15,23 +15,17 @@ recorded as warnings).
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from ..errors import AprError, ErrorCode
+from ..stats import RULES
 
 # (pattern on the tensor name, (low, high) acceptable mean); the first match applies.
-# LayerNorm rows are seed 000 §10.9's table. RMSNorm weights (GGUF `*_norm.weight`, HF
-# `*layernorm.weight`, `model.norm.weight`) are far from 1 in real models -- SmolLM2-135M
-# has means 0.001 (blk.0.attn_norm) to 1.80, Qwen2.5-0.5B 0.031 to 7.23 (output_norm) --
-# so their range only catches the seed's failure mode (a scaled norm, mean ~11).
-EXPECTED_MEANS = (
-    (re.compile(r"(layer_norm|LayerNorm)\.weight$"), (0.5, 3.0)),
-    (re.compile(r"(layer_norm|LayerNorm)\.bias$"), (-0.5, 0.5)),
-    (re.compile(r"norm\.weight$"), (-1.0, 10.0)),
-)
+# The "error" rows of THE expected-range table, `stats.RULES` (seed 000 §10.9).
+EXPECTED_MEANS = tuple((rule.pattern, (rule.low, rule.high)) for rule in RULES
+                       if rule.stat == "mean" and rule.severity == "error")
 
 
 class TensorQuality(NamedTuple):

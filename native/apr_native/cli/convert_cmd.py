@@ -1,70 +1,112 @@
-"""`apr convert` / `apr validate`: format conversion (re-encoding with --quantize /
---precision, see quantize_cmd), and integrity checks."""
+"""`apr convert`: format conversion (re-encoding with --quantize / --precision, see
+quantize_cmd), magnitude pruning (`--prune FRACTION`, `--prune-threshold T`), SVD low-rank
+factorization (`--lowrank svd --rank R`, undone by `--expand-lowrank`) and source analysis
+(`--analyze-source`: seed 000 §4.8.6 statistics, no output written). Every conversion runs
+the inline validation of §10.10 (NaN/Inf, norm means) and aborts on a failure unless
+`--force`/`--relaxed`. Integrity checks are `apr validate` (validate_cmd)."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+from typing import Any, Optional
 
-from apr_core.errors import AprError
+from apr_core.errors import AprError, ErrorCode
 from apr_core.formats.convert import convert
-from apr_core.formats.open import open_model
+from apr_core.quant.quality import QualityReport
 
-from .common import emit_json, parse_size, resolve_model
-from .quantize_cmd import add_retype_arguments, run_conversion
+from ..config import wants_json
+from .common import check_output, emit_json, parse_size, resolve_model
+from .quantize_cmd import add_retype_arguments, progress_bar, run_conversion
+
+
+def transformed(args: argparse.Namespace, path: str) -> Optional[Any]:
+    """A lazy view applying --prune/--prune-threshold, --lowrank or --expand-lowrank, or
+    None when none is asked for."""
+    if args.prune is None and args.prune_threshold is None and not args.lowrank \
+            and not args.expand_lowrank:
+        return None
+    from apr_core.formats.open import open_model
+    from apr_core.transforms import lowrank, prune
+    model: Any = open_model(path)
+    if args.expand_lowrank:
+        model = lowrank.expand_model(model)
+    if args.prune is not None or args.prune_threshold is not None:
+        model = prune.prune_model(model, args.prune, args.prune_threshold, args.target)
+    if args.lowrank:
+        if args.rank is None:
+            raise AprError(ErrorCode.ARGUMENT, "--lowrank svd needs --rank R")
+        model = lowrank.lowrank_model(model, args.rank, args.target)
+    return model
+
+
+# Seed 000 §4.8.1 spellings -> the llama.cpp types they mean (int8: 8.5 bits/weight Q8_0,
+# int4: Q4_0; fp16/bf16 are precisions, not quantizations).
+SEED_QUANT_NAMES = {"int8": "q8_0", "int4": "q4_0"}
+SEED_PRECISIONS = {"fp16": "f16", "f16": "f16", "bf16": "bf16", "fp32": "f32", "f32": "f32"}
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    if args.quantize or args.precision:
-        return run_conversion(args, args.quantize)
+    if args.quantize and args.quantize.lower() in SEED_PRECISIONS and not args.precision:
+        args.precision, args.quantize = SEED_PRECISIONS[args.quantize.lower()], None
+    elif args.quantize:
+        args.quantize = SEED_QUANT_NAMES.get(args.quantize.lower(), args.quantize)
+    if args.analyze_source:
+        from .analyze import run_analyze
+        return run_analyze(args)
+    if args.output is None:
+        raise AprError(ErrorCode.ARGUMENT, "convert needs -o/--output")
     path = resolve_model(args.model)
+    check_output(args.output, args.force)
+    view = transformed(args, path)
+    if (args.quantize or args.precision) and view is None:
+        return run_conversion(args, args.quantize)
     start = time.perf_counter()
-    fmt = convert(path, args.output, args.format, compression=args.compress,
-                  alignment=args.alignment,
-                  max_shard_size=parse_size(args.shard_size) if args.shard_size else None,
-                  dequantize=args.dequantize, overwrite=args.force)
+    report = QualityReport()
+    with progress_bar("converting") as progress:
+        # A progress callback (even a silent one) makes convert() check every tensor
+        # inline as it is written (§10.10).
+        fmt = convert(view if view is not None else path, args.output, args.format,
+                      compression=args.compress, alignment=args.alignment,
+                      max_shard_size=parse_size(args.shard_size) if args.shard_size else None,
+                      dequantize=args.dequantize, overwrite=True, quantize=args.quantize,
+                      precision=args.precision, force=args.force or args.relaxed,
+                      keep_embeddings_q8=args.keep_embeddings_q8, report=report,
+                      progress=progress or (lambda name, done, total: None))
     result = {"input": path, "output": args.output, "format": fmt,
-              "seconds": round(time.perf_counter() - start, 3)}
-    if args.json:
+              "bytes": os.path.getsize(args.output) if os.path.isfile(args.output) else None,
+              "seconds": round(time.perf_counter() - start, 3),
+              "warnings": report.warnings}
+    if wants_json(args):
         emit_json(result)
     else:
+        for warning in report.warnings:
+            print("warning: {}".format(warning), file=sys.stderr)
         print("wrote {} ({}) in {:.2f}s".format(args.output, fmt, result["seconds"]))
     return 0
-
-
-def run_validate(args: argparse.Namespace) -> int:
-    """Open with full verification (checksums, layout) and decode every tensor."""
-    path = resolve_model(args.model)
-    problems = []
-    count = 0
-    try:
-        with open_model(path, verify=True) as model:
-            for name in model.tensors:
-                model.read_raw(name)
-                count += 1
-            warnings = list(getattr(model, "warnings", []) or [])
-    except AprError as err:
-        problems.append(err.to_dict())
-        warnings = []
-    result = {"path": path, "valid": not problems, "tensors_checked": count,
-              "problems": problems, "warnings": warnings}
-    if args.json:
-        emit_json(result)
-    else:
-        for warning in warnings:
-            print("warning: {}".format(warning))
-        if problems:
-            print("INVALID: {} {}".format(problems[0]["code"], problems[0]["message"]))
-        else:
-            print("VALID: {} tensors checked".format(count))
-    return 0 if not problems else 5
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert between APR, GGUF and SafeTensors")
     p.add_argument("model")
-    p.add_argument("-o", "--output", required=True,
+    p.add_argument("-o", "--output",
                    help="output path; the extension picks the format")
     p.add_argument("--format", choices=["apr", "gguf", "safetensors"])
+    p.add_argument("--prune", type=float, metavar="FRACTION",
+                   help="zero this fraction of each weight matrix, smallest magnitudes first")
+    p.add_argument("--prune-threshold", type=float, metavar="T",
+                   help="zero every weight-matrix value with |v| < T")
+    p.add_argument("--lowrank", choices=["svd"],
+                   help="store weight matrices as two SVD factors (with --rank)")
+    p.add_argument("--rank", type=int, help="rank for --lowrank")
+    p.add_argument("--target", metavar="GLOB",
+                   help="prune/factorize only tensors whose name matches, e.g. '*.fc1.weight'")
+    p.add_argument("--expand-lowrank", action="store_true",
+                   help="rebuild factorized matrices (a @ b) as F32")
+    p.add_argument("--analyze-source", action="store_true",
+                   help="print the source's tensor statistics against the expected ranges "
+                        "(seed 000 §10.9) and write nothing; exit 5 on a failure")
     p.add_argument("--compress", help="APR payload compression: lz4, zstd or zstd:LEVEL")
     p.add_argument("--alignment", type=int, default=64, choices=[32, 64])
     p.add_argument("--shard-size", help="write a sharded APR model, e.g. 512M")
@@ -79,8 +121,3 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "validation failures)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_convert)
-    p = sub.add_parser("validate", help="verify checksums and structure, decode every tensor")
-    p.add_argument("model")
-    p.add_argument("--checksum", action="store_true", help="(always on) verify checksums")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run_validate)
