@@ -121,3 +121,11 @@ def quantize_bf16(values: np.ndarray) -> np.ndarray:
     """float32 [n, 1] -> uint8 [n, 2]: ggml's fp32 -> bf16 (round to nearest even, quiet NaN)."""
     x = as_blocks(values, 1)
     return u16_bytes(f32_to_bf16_bits(x.reshape(-1)))
+
+
+@register("quantize", "F32")
+def quantize_f32(values: np.ndarray) -> np.ndarray:
+    """float32 [n, 1] -> uint8 [n, 4]: the identity, so re-typing a tensor to F32 (BF16 ->
+    F32 with --precision f32) goes through the same registry as every other type."""
+    x = as_blocks(values, 1)
+    return np.ascontiguousarray(x.reshape(-1), dtype="<f4").view(np.uint8).reshape(-1, 4)

@@ -31,6 +31,15 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def check_output(path: str, force: bool) -> None:
+    """Overwrite protection for every writing command: refuse an existing output unless
+    `-f/--force` (seed 000 §11 #97). Writers also refuse atomically; this fails before
+    any work is done."""
+    if not force and os.path.lexists(path):
+        raise AprError(ErrorCode.ARGUMENT, "output exists (use -f/--force to overwrite)",
+                       path=path)
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

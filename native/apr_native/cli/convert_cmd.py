@@ -1,7 +1,8 @@
 """`apr convert`: format conversion (re-encoding with --quantize / --precision, see
 quantize_cmd), magnitude pruning (`--prune FRACTION`, `--prune-threshold T`), SVD low-rank
 factorization (`--lowrank svd --rank R`, undone by `--expand-lowrank`) and source analysis
-(`--analyze-source`: seed 000 §4.8.6 statistics, no output written). Every conversion runs
+(`--analyze-source`: seed 000 §4.8.6 statistics, no output written) and a canary gate
+(`--canary C.json`, §4.14.4: an output that fails it is removed). Every conversion runs
 the inline validation of §10.10 (NaN/Inf, norm means) and aborts on a failure unless
 `--force`/`--relaxed`. Integrity checks are `apr validate` (validate_cmd)."""
 from __future__ import annotations
@@ -55,6 +56,33 @@ def run_convert(args: argparse.Namespace) -> int:
     if args.analyze_source:
         from .analyze import run_analyze
         return run_analyze(args)
+    if args.canary and args.shard_size:
+        raise AprError(ErrorCode.ARGUMENT, "--canary checks a single output file: drop "
+                       "--shard-size or run `apr canary check` on the manifest")
+    code = _run(args)
+    return canary_gate(args) if code == 0 and args.canary else code
+
+
+def canary_gate(args: argparse.Namespace) -> int:
+    """Seed 000 §4.14.4: the output must pass the canary, else it is removed (exit 5);
+    `--force` keeps it with a warning."""
+    from .canary_cmd import _load_canary, compare, snapshot
+    rows = compare(_load_canary(args.canary)["tensors"], snapshot(args.output))
+    failed = [r for r in rows if not r["passed"]]
+    if not failed:
+        return 0
+    summary = "; ".join("{}: {}".format(r["tensor"], ", ".join(r["reasons"]))
+                        for r in failed[:3])
+    if args.force:
+        print("warning: canary check failed, output kept (--force): " + summary,
+              file=sys.stderr)
+        return 0
+    os.unlink(args.output)
+    raise AprError(ErrorCode.VALIDATION, "canary check failed; output removed (use --force "
+                   "to keep it)", failed=len(failed), first=summary)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.output is None:
         raise AprError(ErrorCode.ARGUMENT, "convert needs -o/--output")
     path = resolve_model(args.model)
@@ -104,6 +132,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="prune/factorize only tensors whose name matches, e.g. '*.fc1.weight'")
     p.add_argument("--expand-lowrank", action="store_true",
                    help="rebuild factorized matrices (a @ b) as F32")
+    p.add_argument("--canary", metavar="CANARY.json",
+                   help="fail (and remove the output) unless it passes this canary")
     p.add_argument("--analyze-source", action="store_true",
                    help="print the source's tensor statistics against the expected ranges "
                         "(seed 000 §10.9) and write nothing; exit 5 on a failure")

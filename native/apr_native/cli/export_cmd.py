@@ -1,0 +1,91 @@
+"""`apr export MODEL --format safetensors|gguf [--quantize TYPE] -o OUT`.
+
+Exporting is `convert()` (apr_core.formats.convert) with the target format fixed: tensors
+keep their bytes unless `--quantize`/`--precision` re-encode them, GGUF KV pairs and
+tokenizer metadata that came from a GGUF source travel back unchanged, and a Hugging Face
+source becomes a llama.cpp model (GGUF names, layouts and tokenizer keys) inside convert().
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from apr_core.errors import AprError, ErrorCode
+from apr_core.formats.convert import apr_metadata, convert
+from apr_core.formats.open import open_model
+from apr_core.name_maps import architectures, name_map
+from apr_core.tensor import LazyTensor
+from apr_core.transforms.view import ModelView
+from apr_core.quant.quality import QualityReport
+
+from ..config import wants_json
+from .common import check_output, emit_json, human_bytes, resolve_model
+from .quantize_cmd import progress_bar
+
+FORMATS = ("safetensors", "gguf", "apr")
+EXTENSIONS = {"safetensors": ".safetensors", "gguf": ".gguf", "apr": ".apr"}
+
+
+def source_named(path: str) -> Any:
+    """`path`, or a view with its source's tensor names back when it was imported with
+    canonical APR names (`apr import --names apr`): GGUF readers want GGUF names."""
+    model = open_model(path, verify=False)
+    scheme = model.metadata.get("name_source")
+    arch = model.metadata.get("model_type")
+    model.close()
+    if not scheme or arch not in architectures():
+        return path
+    model = open_model(path)   # renaming: now read it with full verification
+    renamed = name_map(arch).translate(list(model.tensors), "apr", scheme)
+    meta = apr_metadata(model)
+    meta.pop("name_source", None)
+    return ModelView(meta, [LazyTensor(renamed[t.name], t.dtype, t.shape, t.loader)
+                            for t in model.lazy_tensors()])
+
+
+def run_export(args: argparse.Namespace) -> int:
+    path = resolve_model(args.model)
+    fmt = args.format
+    if fmt not in FORMATS:
+        raise AprError(ErrorCode.UNSUPPORTED, "export format not supported (ONNX and "
+                       "TorchScript need a graph, which APR files do not carry)",
+                       format=fmt, supported=list(FORMATS))
+    output = args.output or os.path.splitext(os.path.basename(path))[0] + EXTENSIONS[fmt]
+    check_output(output, args.force)
+    report = QualityReport()
+    start = time.perf_counter()
+    with progress_bar("exporting") as progress:
+        convert(source_named(path), output, fmt, quantize=args.quantize, precision=args.precision,
+                dequantize=args.dequantize, overwrite=True, force=args.force,
+                report=report, progress=progress)
+    result = {"input": path, "output": output, "format": fmt, "quantize": args.quantize,
+              "bytes": os.path.getsize(output), "warnings": report.warnings,
+              "seconds": round(time.perf_counter() - start, 3)}
+    if wants_json(args):
+        emit_json(result)
+    else:
+        for warning in report.warnings:
+            print("warning: {}".format(warning), file=sys.stderr)
+        print("exported {} -> {} ({}, {}) in {:.2f}s".format(
+            path, output, fmt, human_bytes(result["bytes"]), result["seconds"]))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a model to SafeTensors or GGUF")
+    p.add_argument("model")
+    p.add_argument("--format", required=True,
+                   help="safetensors or gguf (apr also accepted)")
+    p.add_argument("-o", "--output", help="output path (default: MODEL name + extension)")
+    p.add_argument("--quantize", metavar="TYPE|FILETYPE",
+                   help="q8_0, q4_k ... or a llama.cpp file type (Q4_K_M)")
+    p.add_argument("--precision", choices=["f32", "f16", "bf16"])
+    p.add_argument("--dequantize", action="store_true",
+                   help="SafeTensors: write block-quantized tensors as F32")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="overwrite an existing output and ignore inline validation failures")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_export)
