@@ -18,7 +18,8 @@ from ..errors import AprError, ErrorCode
 from ..quant.quality import QualityReport, TensorQuality, measure, validate
 from ..tensor import LazyTensor
 
-PRECISIONS = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
+# Precision names (seed 000 §4.8.1 spells them fp16/fp32 too) -> float dtype.
+PRECISIONS = {"f32": "F32", "f16": "F16", "bf16": "BF16", "fp32": "F32", "fp16": "F16"}
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 

@@ -158,12 +158,18 @@ def _is_plain(name: str) -> bool:
     return dtype.name in supported_types("quantize") or dtype.name == "F32"
 
 
+# Seed 000 §4.8.1 spellings -> the plain types they mean (int8 is Q8_0 at 8.5 bits/weight:
+# ggml's 8-bit type keeps a scale per 32 weights; int4 is Q4_0).
+SEED_TYPE_NAMES = {"int8": "q8_0", "int4": "q4_0"}
+
+
 def resolve(name: str) -> Tuple[str, Optional[FileType]]:
     """(dtype name, None) for a plain type, (name, FileType) for a llama.cpp file type.
 
     Names spelled in upper case that are file types (`Q4_K_M`, `Q8_0`, `Q6_K`) are file
     types; lower case (`q8_0`, `q4_k`) or names that are only dtypes (`Q4_K`) are plain.
     """
+    name = SEED_TYPE_NAMES.get(name.lower(), name)
     upper = name.upper()
     if name in FILE_TYPES:
         return name, FILE_TYPES[name]

@@ -42,17 +42,11 @@ def transformed(args: argparse.Namespace, path: str) -> Optional[Any]:
     return model
 
 
-# Seed 000 §4.8.1 spellings -> the llama.cpp types they mean (int8: 8.5 bits/weight Q8_0,
-# int4: Q4_0; fp16/bf16 are precisions, not quantizations).
-SEED_QUANT_NAMES = {"int8": "q8_0", "int4": "q4_0"}
-SEED_PRECISIONS = {"fp16": "f16", "f16": "f16", "bf16": "bf16", "fp32": "f32", "f32": "f32"}
-
-
 def run_convert(args: argparse.Namespace) -> int:
-    if args.quantize and args.quantize.lower() in SEED_PRECISIONS and not args.precision:
-        args.precision, args.quantize = SEED_PRECISIONS[args.quantize.lower()], None
-    elif args.quantize:
-        args.quantize = SEED_QUANT_NAMES.get(args.quantize.lower(), args.quantize)
+    from apr_core.formats.convert_quant import PRECISIONS
+    if args.quantize and args.quantize.lower() in PRECISIONS and not args.precision:
+        # `--quantize fp16` (seed 000 §4.8.1) is a precision, not a quantization
+        args.precision, args.quantize = args.quantize.lower(), None
     if args.analyze_source:
         from .analyze import run_analyze
         return run_analyze(args)

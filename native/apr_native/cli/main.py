@@ -28,6 +28,12 @@ def _package_path() -> List[str]:
     return [os.path.dirname(os.path.abspath(__file__))]
 
 
+def _debug() -> bool:
+    """Tracebacks on errors: APR_LOG_LEVEL=debug, or log_level = "debug" in config.toml."""
+    from apr_native.config import log_level
+    return log_level() == "debug"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="apr", description="APR model operations tool")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,7 +51,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AprError as err:
-        if os.environ.get("APR_LOG_LEVEL", "").lower() == "debug":
+        if _debug():
             traceback.print_exc()
         if getattr(args, "json", False):
             emit_json({"error": err.to_dict()})
@@ -56,7 +62,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as err:  # a bug: say so plainly, with the traceback on request
-        if os.environ.get("APR_LOG_LEVEL", "").lower() == "debug":
+        if _debug():
             traceback.print_exc()
         print("apr: internal error: {}: {}".format(type(err).__name__, err), file=sys.stderr)
         return EXIT_GENERAL

@@ -2,7 +2,6 @@
 text histogram of `apr tensors --hist` (seed 000 §4.2.1)."""
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Iterator, List, Sequence
 
@@ -17,13 +16,14 @@ BAR = "█"
 
 
 def console() -> Console:
-    """stdout console: no colour when not a TTY, APR_QUIET=1 or APR_COLOR=0/never."""
-    colour = os.environ.get("APR_COLOR", "").lower()
-    no_color = quiet() or colour in ("0", "never", "false", "no")
+    """stdout console: colour as `config.color_enabled` says (APR_COLOR, NO_COLOR, the
+    config file, a TTY), never with APR_QUIET=1."""
+    from apr_native.config import color_enabled
     tty = sys.stdout.isatty()
+    colour = color_enabled(tty) and not quiet()
     # markup off: tensor names and shapes contain [brackets] rich would eat
-    return Console(no_color=no_color, highlight=False, markup=False, soft_wrap=not tty,
-                   width=None if tty else PIPE_WIDTH, force_terminal=colour == "always")
+    return Console(no_color=not colour, highlight=False, markup=False, soft_wrap=not tty,
+                   width=None if tty else PIPE_WIDTH, force_terminal=colour and not tty)
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
