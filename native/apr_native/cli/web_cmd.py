@@ -1,0 +1,83 @@
+"""`apr web MODEL_DIR`: serve the browser shell and a model directory from one origin.
+
+The page (web/index.html) boots Pyodide in a Web Worker, streams the models' shards by HTTP
+Range requests and caches them in IndexedDB. Everything is served locally: the shell, the
+Pyodide distribution, an apr_core wheel built from this checkout and MODEL_DIR at /models/.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import tempfile
+from typing import Dict, List
+
+from apr_core.errors import AprError, ErrorCode
+
+from .common import emit_json, human_bytes
+
+MODEL_SUFFIXES = (".apr", ".gguf", ".safetensors")
+_SHARD = re.compile(r"-\d{5}-of-\d{5}\.(apr|safetensors)\Z")
+
+
+def list_models(directory: str) -> List[Dict[str, object]]:
+    """Model files a page can open: single files and sharded manifests, not their shards."""
+    found = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith(MODEL_SUFFIXES) and not _SHARD.search(name) and os.path.isfile(path):
+            found.append({"name": name, "url": "models/" + name, "size": os.path.getsize(path)})
+    return found
+
+
+def run_web(args: argparse.Namespace) -> int:
+    from apr_native.web_bundle import missing_runtime, prepare_site, site_mounts
+    from apr_native.web_server import StaticServer
+    directory = os.path.abspath(args.model_dir)
+    if not os.path.isdir(directory):
+        raise AprError(ErrorCode.IO, "not a directory", path=args.model_dir)
+    reason = missing_runtime(args.pyodide)
+    if reason:
+        raise AprError(ErrorCode.IO, reason)
+    models = list_models(directory)
+    site_dir = tempfile.mkdtemp(prefix="apr-web-")
+    try:
+        prepare_site(site_dir, flavor=args.pyodide, models=models)
+        try:
+            server = StaticServer(site_mounts(site_dir, directory), host=args.host, port=args.port)
+        except OSError as exc:
+            raise AprError(ErrorCode.IO, "cannot listen on {}:{}: {}".format(
+                args.host, args.port, exc.strerror or exc))
+        url = server.url("/")
+        if args.json:
+            emit_json({"url": url, "models": models, "pyodide": args.pyodide,
+                       "model_dir": directory})
+        else:
+            print("serving {} model(s) from {}".format(len(models), directory))
+            for model in models:
+                print("  {}  {}".format(model["url"], human_bytes(model["size"])))
+            print("open {}  (Ctrl-C to stop)".format(url), flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(site_dir, ignore_errors=True)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("web", help="serve the browser demo and a model directory locally",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("model_dir", metavar="MODEL_DIR",
+                   help="directory of models (.apr manifests, .gguf, .safetensors)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--pyodide", choices=["017", "314"], default="017",
+                   help="Pyodide for the page: 017 ships numpy offline (chat works), 314 is "
+                        "the official release (formats and caching; numpy from its CDN)")
+    p.add_argument("--json", action="store_true", help="print the URL and models as JSON")
+    p.set_defaults(func=run_web)

@@ -1,0 +1,98 @@
+"""The real SmolLM2 model in Chromium + Pyodide 0.17 (numpy 1.17.5, no BLAS): dequantization,
+logits and greedy tokens equal native (issue 7, test 4), and the demo page after a chat turn
+(test 6)."""
+import base64
+import os
+
+import numpy as np
+import pytest
+
+from wasm_shared import GREEDY, LOGIT_TOLERANCE, QUESTION
+
+pytestmark = [pytest.mark.native, pytest.mark.real_model]
+QUERY = "pyodide=017&numpy=1"
+
+
+@pytest.mark.parametrize("kernels", ["simd", "numpy"])
+def test_smollm2_in_pyodide_017_matches_native(open_page, native, kernels):
+    """With the shell's WebAssembly SIMD matmul (the default) and with numpy's kernels."""
+    session = open_page(QUERY + "&kernels=" + kernels)
+    info = session.call("apr.load('models/smollm2.gguf')")
+    assert (info["arch"], info["layers"], info["vocab"]) == ("llama", 30, 49152)
+    assert info["kernels"] == {"simd": "wasm-simd", "numpy": "numpy"}[kernels]
+
+    assert session.call("apr.dequantDigests()") == native["digests"]
+
+    got = session.call("(ids) => apr.logits(ids)", native["ids"])
+    logits = np.frombuffer(base64.b64decode(got["f32"]), "<f4").reshape(got["shape"])
+    assert logits.shape == native["logits"].shape
+    assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE
+
+    greedy = session.call("([ids, n]) => apr.greedy(ids, n)", [native["ids"], GREEDY])
+    assert greedy["tokens"] == native["greedy"]
+
+
+def artifacts_dir():
+    base = os.environ.get("APR_ARTIFACTS") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "apr", "artifacts")
+    os.makedirs(base, exist_ok=True)
+    return base
+
+
+def test_demo_page_chat_turn_screenshot(open_page, native):
+    session = open_page(QUERY)
+    page = session.page
+    page.set_default_timeout(600_000)
+    page.fill("#model-url", "models/smollm2.apr")
+    page.click("#load-button")
+    page.wait_for_function("document.body.dataset.model")
+    assert page.evaluate("document.body.dataset.model") == "ready", page.inner_text("#error")
+    assert page.is_visible("#chat")
+
+    session.call("window.tokens = []; apr.on('token', (t) => tokens.push(t.text)); 0")
+    page.fill("#prompt", QUESTION)
+    page.click("#send")
+    page.wait_for_function("document.body.dataset.chat === 'done'")
+    assert page.is_hidden("#error")
+    bubbles = page.locator(".msg.assistant")
+    answer = bubbles.last.inner_text()
+    tokens = session.call("tokens")
+    assert len(tokens) >= 3  # streamed piece by piece, not in one block
+    assert "".join(tokens) == answer == native["chat"]
+    assert page.locator(".msg.user").last.inner_text() == QUESTION
+    assert "tokens/s" in page.inner_text("#speed")
+
+    shot = os.path.join(artifacts_dir(), "demo_chat.png")
+    page.screenshot(path=shot, full_page=True)
+    with open(shot, "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    print("demo screenshot: " + shot)
+
+
+def test_demo_page_inspects_a_local_file_with_stats(open_page, models_dir):
+    from apr_core import stats
+    from apr_core.formats.open import open_model
+    path = os.path.join(models_dir, "layers-single.apr")
+    with open_model(path) as model:
+        expected = {t.name: stats.tensor_stats(t.name, stats.tensor_values(t),
+                                               t.dtype.name).to_dict()
+                    for t in model.lazy_tensors()}
+    session = open_page(QUERY)
+    page = session.page
+    session.call("window.statRows = []; apr.on('stats', (s) => statRows.push(s)); 0")
+    page.click("[data-tab=inspect]")
+    page.set_input_files("#file", path)
+    page.wait_for_function("statRows.length === {}".format(len(expected)), timeout=300_000)
+    assert page.locator("#tensor-table tbody tr").count() == len(expected)
+    assert "apr2" in page.inner_text("#summary")
+    assert "SmolLM2 layers 0-1" in page.inner_text("#meta-table")
+    got = {row["name"]: row for row in session.call("statRows")}
+    assert sorted(got) == sorted(expected)
+    for name, want in expected.items():
+        row = got[name]
+        for key in ("count", "nan", "inf", "zeros"):
+            assert row[key] == want[key], (name, key)
+        for key in ("min", "max", "mean", "std", "l2"):  # float64 sums, any summation order
+            assert row[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), (name, key)
+    shot = os.path.join(artifacts_dir(), "demo_inspect.png")
+    page.screenshot(path=shot, full_page=False)

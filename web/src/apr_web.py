@@ -1,0 +1,314 @@
+"""apr in the browser: the Python half of the web shell (runs in Pyodide, in a Web Worker).
+
+Every format is parsed here, by `apr_core`; the JavaScript side only moves bytes. It exposes
+`aprHost` (see web/src/worker.js) with:
+
+    size(url) -> Promise<int>                      total bytes at a URL
+    fetchRange(url, offset, length) -> Promise<Uint8Array>
+    fetchFile(url, size) -> Promise<Uint8Array>    a whole file, progress reported to the page
+    ensureShard(spec_json) -> Promise<bool>        download + verify + commit into IndexedDB
+    readShard(sha256, offset, length) -> Promise<Uint8Array>
+    emit(kind, payload_json)                       progress, tokens and stats for the page
+
+Parsers are synchronous; they run over `RemoteSource`s that raise `NeedBytes` for ranges not
+fetched yet, and `drive` fetches the range and runs the (cheap) parse again, exactly like
+`apr_core.io.run_async` but across several sources (a manifest and its shards).
+Functions called from JS return JSON text, so results cross every Pyodide generation alike.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
+
+from apr_core.errors import AprError, ErrorCode
+from apr_core.formats.apr2 import read_apr2
+from apr_core.formats.apr2_layout import FOOTER_SIZE
+from apr_core.formats.flags import SIGNED, flag_names
+from apr_core.formats.open import open_model
+from apr_core.formats.shards import read_sharded
+from apr_core.io import NeedBytes, SparseSource
+
+MIN_FETCH = 1 << 16
+MAX_FETCH = 1 << 24
+MANIFEST_LIMIT = 64 << 20
+LIST_PREVIEW = 16  # metadata arrays longer than this are summarised for display
+
+_models: Dict[str, Any] = {}
+_state: Dict[str, Any] = {}
+
+
+def _bytes(value: Any) -> bytes:
+    """A JS Uint8Array as Python bytes (`to_bytes` on new Pyodide, `to_py` on 0.17)."""
+    if hasattr(value, "to_bytes"):
+        return value.to_bytes()
+    return bytes(value.to_py())
+
+
+class SourceNeed(NeedBytes):
+    """`NeedBytes` that also says which source lacks the range."""
+
+    def __init__(self, source: "RemoteSource", offset: int, length: int) -> None:
+        super().__init__(offset, length)
+        self.source = source
+
+
+class RemoteSource(SparseSource):
+    """A byte source filled on demand by an async `fetch(offset, length)`."""
+
+    def __init__(self, size: int, name: str, fetch: Callable[[int, int], Any],
+                 fetch_all: Optional[Callable[[], Any]] = None) -> None:
+        super().__init__(size, name)
+        self._fetch = fetch
+        self._fetch_all = fetch_all or (lambda: fetch(0, size))
+        self._chunk = MIN_FETCH
+
+    def _read(self, offset: int, length: int) -> bytes:
+        try:
+            return super()._read(offset, length)
+        except NeedBytes as need:
+            raise SourceNeed(self, need.offset, need.length)
+
+    async def fill(self, offset: int, length: int) -> None:
+        """Fetch at least `length` bytes at `offset` (more, growing, to save round trips)."""
+        length = min(max(length, self._chunk), self.size - offset)
+        self.add(offset, await self._fetch(offset, length))
+        self._chunk = min(self._chunk * 2, MAX_FETCH)
+
+    async def fill_all(self) -> None:
+        """Hold the whole source in memory (before a full model load)."""
+        if not any(start == 0 and len(data) == self.size for start, data in self._spans):
+            self._spans = []
+            self.add(0, await self._fetch_all())
+
+
+async def drive(parse: Callable[[], Any], max_rounds: int = 100000) -> Any:
+    """Run the synchronous `parse()` until no source lacks a range."""
+    for _ in range(max_rounds):
+        try:
+            return parse()
+        except SourceNeed as need:
+            await need.source.fill(need.offset, need.length)
+    raise AprError(ErrorCode.IO, "too many range requests while parsing")
+
+
+async def _url_source(url: str) -> RemoteSource:
+    size = int(await js.aprHost.size(url))
+
+    async def fetch(offset: int, length: int) -> bytes:
+        return _bytes(await js.aprHost.fetchRange(url, offset, length))
+
+    async def fetch_all() -> bytes:
+        return _bytes(await js.aprHost.fetchFile(url, size))
+    return RemoteSource(size, url, fetch, fetch_all)
+
+
+def _shard_source(url: str, entry: Dict[str, Any], number: int, entries: List[Any]) -> RemoteSource:
+    """A shard read through the IndexedDB cache; the first read downloads and verifies it."""
+    shard_url = _join(url, entry["file"])
+    spec = json.dumps({
+        "url": shard_url, "sha256": entry["sha256"], "size": entry["size"],
+        "crc32": entry["crc32"], "crcSpan": entry["size"] - FOOTER_SIZE, "name": entry["file"],
+        "model": url, "index": number, "count": len(entries),
+        "before": sum(e["size"] for e in entries[:number]),
+        # Eviction must not drop a sibling shard of the model being loaded.
+        "keep": [e["sha256"] for e in entries if e.get("sha256")],
+        "modelSize": sum(e["size"] for e in entries)})
+    ready: List[bool] = []
+
+    async def fetch(offset: int, length: int) -> bytes:
+        if not ready:
+            await js.aprHost.ensureShard(spec)
+            ready.append(True)
+        return _bytes(await js.aprHost.readShard(entry["sha256"], offset, length))
+    return RemoteSource(entry["size"], entry["file"], fetch)
+
+
+def _join(base: str, name: str) -> str:
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+async def _open(url: str, options: Optional[Dict[str, Any]] = None) -> Any:
+    """Open a model URL: a sharded APR manifest (shards cached) or any single model file.
+
+    `options`: `trustedKey` (hex Ed25519 public key), `password` or `secretKey` (hex
+    Ed25519 seed of the recipient) for encrypted files. A SIGNED APR file has its signature
+    checked before anything else is read (against `trustedKey` when given, else integrity
+    only); a signed manifest pins every shard's sha256, which the shard cache checks before
+    it keeps a shard. ENCRYPTED files (or shards) are unlocked with the password or key;
+    a wrong one is E005 before any tensor is read.
+    """
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    trusted_key = options.get("trustedKey")
+    if url in _models and not options:
+        return _models[url]
+    source = await _url_source(url)
+    head = None
+    signature = None
+    if source.size <= MANIFEST_LIMIT:
+        await source.fill_all()
+        if source.read(0, min(4, source.size)) == b"APR2":
+            head = read_apr2(source, verify=True)  # a manifest's CRC is checked in full
+            if head.flags & SIGNED or trusted_key is not None:
+                signature = _verify_signature(source, trusted_key)
+    if head is not None and head.is_sharded:
+        entries = head.metadata.get("shards")
+        sources: Dict[str, RemoteSource] = {}
+
+        def opener(name: str) -> Any:
+            # read_sharded validated every entry before asking for the first shard.
+            if name not in sources:
+                number = [e["file"] for e in entries].index(name)
+                entry = entries[number]
+                if entry.get("sha256") is None:  # not content-addressed: range reads only
+                    sources[name] = _plain_shard(url, entry)
+                else:
+                    sources[name] = _shard_source(url, entry, number, entries)
+            return sources[name]
+        model = await drive(lambda: read_sharded(source, opener=opener, verify=False))
+        model.remote_sources = list(sources.values())
+    else:
+        model = await drive(lambda: open_model(source, verify=False))
+        model.remote_sources = [source]
+    model.signature = signature
+    _unlock(model, options.get("password"), options.get("secretKey"))
+    _models[url] = model
+    return model
+
+
+def _unlock(model: Any, password: Optional[str], secret_key: Optional[str]) -> None:
+    from apr_core.formats.flags import ENCRYPTED
+    parts = getattr(model, "shards", None) or [model]
+    locked = [part for part in parts if isinstance(getattr(part, "flags", None), int)
+              and part.flags & ENCRYPTED]
+    if not locked:
+        return
+    from apr_core.crypto.keys import from_seed
+    from apr_core.formats.apr2_encrypt import unlock
+    key = from_seed(bytes.fromhex(secret_key)) if secret_key else None
+    for part in locked:
+        unlock(part, password=password, key=key)
+
+
+def _verify_signature(source: Any, trusted_key: Optional[str]) -> Dict[str, Any]:
+    from apr_core import crypto
+    from apr_core.formats.apr2_sign import verify_source
+    key = bytes.fromhex(trusted_key) if trusted_key else None
+    result = verify_source(source, key)  # E006 on any failure
+    result["provider"] = crypto.provider_for("verify_ed25519").name
+    return result
+
+
+def _plain_shard(url: str, entry: Dict[str, Any]) -> RemoteSource:
+    shard_url = _join(url, entry["file"])
+
+    async def fetch(offset: int, length: int) -> bytes:
+        return _bytes(await js.aprHost.fetchRange(shard_url, offset, length))
+    return RemoteSource(entry["size"], entry["file"], fetch)
+
+
+# ------------------------------------------------------------------ describing models
+
+def _preview(value: Any) -> Any:
+    if isinstance(value, list) and len(value) > LIST_PREVIEW:
+        return {"preview": [_preview(v) for v in value[:LIST_PREVIEW]], "length": len(value)}
+    if isinstance(value, dict):
+        return {k: _preview(v) for k, v in value.items()}
+    return value
+
+
+def _summary(model: Any, name: str, full: bool) -> Dict[str, Any]:
+    flags = getattr(model, "flags", None)
+    tensors = [{"name": t.name, "dtype": t.dtype.name, "shape": list(t.shape),
+                "stored": t.size, "bytes": t.nbytes, "shard": t.shard}
+               for t in model.tensors.values()]
+    return {
+        "name": name, "format": model.format,
+        "flags": flag_names(flags) if isinstance(flags, int) else [],
+        "metadata": model.metadata if full else _preview(model.metadata),
+        "tensors": tensors,
+        "parameters": sum(t.n_elements for t in model.tensors.values()),
+        "shards": list(getattr(model, "shard_files", []) or []),
+        "warnings": list(getattr(model, "warnings", []) or []),
+    }
+
+
+def _error(exc: BaseException) -> str:
+    if isinstance(exc, AprError):
+        return json.dumps({"error": exc.to_dict()})
+    return json.dumps({"error": {"code": type(exc).__name__, "message": str(exc)}})
+
+
+async def describe(url: str, digests: bool = False, full: bool = True,
+                   options: Optional[Dict[str, Any]] = None) -> str:
+    """Header, metadata and tensor index of a model URL; with `digests`, the sha256 of every
+    tensor's decoded bytes (read tensor by tensor, each from its own byte range); for a
+    signed file, the signature check's result. `options`: see `_open`."""
+    try:
+        model = await _open(url, options)
+        out = _summary(model, url, full)
+        out["signature"] = model.signature
+        if digests:
+            hashes = {}
+            for name in model.tensors:
+                raw = await drive(lambda: model.read_raw(name))
+                hashes[name] = hashlib.sha256(raw.data).hexdigest()
+            out["tensor_sha256"] = hashes
+        return json.dumps(out)
+    except Exception as exc:  # reported to the page as one line, never a dead worker
+        return _error(exc)
+
+
+def inspect_file(path: str, name: str) -> str:
+    """Summary of a local file the user opened (written into the worker's memory FS)."""
+    for key in [k for k in _models if k.startswith("file:")]:  # one local file at a time
+        old = _models.pop(key)
+        old.close()
+        os.remove(old.local_path)
+    try:
+        model = open_model(path, verify=True)
+        model.local_path = path
+        _models["file:" + name] = model
+        return json.dumps(_summary(model, name, full=False))
+    except Exception as exc:
+        return _error(exc)
+
+
+def tensor_stats(key: str) -> str:
+    """Emit a `stats` event per tensor (apr_core.stats: min, max, mean, std, NaN/Inf/zeros)."""
+    try:
+        from apr_core import stats
+    except ImportError:  # no numpy in this runtime
+        return json.dumps({"error": {"code": "numpy", "message": "statistics need numpy"}})
+    model = _models[key]
+    for tensor in model.lazy_tensors():
+        try:
+            row = stats.tensor_stats(tensor.name, stats.tensor_values(tensor),
+                                     tensor.dtype.name).to_dict()
+        except AprError as exc:
+            row = {"name": tensor.name, "error": exc.message}
+        js.aprHost.emit("stats", json.dumps(row))
+    return json.dumps({"ok": True})
+
+
+def forget(url: str) -> str:
+    """Drop an opened model from memory (its shards stay cached)."""
+    model = _models.pop(url, None)
+    if model is not None:
+        model.close()
+    if _state.get("url") == url:
+        _state.clear()
+    return json.dumps({"forgotten": model is not None})
+
+
+# Generation and the WebCrypto provider live beside this module; the worker reaches every
+# function through apr_web.
+from apr_webcrypto import crypto_self_test, register_webcrypto  # noqa: E402
+from apr_webrun import chat, dequant_digests, greedy, load, logits, profile_decode  # noqa: E402
+
+__all__ = ["describe", "inspect_file", "tensor_stats", "load", "chat", "logits", "greedy",
+           "dequant_digests", "profile_decode", "forget", "drive", "RemoteSource",
+           "register_webcrypto", "crypto_self_test"]

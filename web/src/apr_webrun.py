@@ -1,0 +1,141 @@
+"""apr in the browser, generation half: load a model URL and run it (see apr_web).
+
+Functions here return JSON text like the rest of the shell's Python side; `apr_web`
+re-exports them for the worker.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any, Dict, Optional
+
+import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
+
+from apr_web import _error, _models, _open, _state
+
+
+async def load(url: str, dequantize: Optional[bool] = None,
+               options: Optional[Dict[str, Any]] = None) -> str:
+    """Load a model URL for generation: weights, tokenizer and chat template.
+
+    `dequantize` turns weights into float32 once at load: with numpy's kernels that is the
+    fast path (dequantizing every weight on every token costs more than the matvec). With
+    the SIMD kernel registered (apr_webkernel) weights stay quantized here, because the
+    kernel keeps its own float32 copy. None picks by the active backend. `options`: see
+    `_open`.
+    """
+    try:
+        model = await _open(url, options)  # first: download and verification errors come before numpy's
+        for source in model.remote_sources:
+            await source.fill_all()  # one read per file: the loader then never waits
+        try:
+            from apr_core.model.transformer import Transformer
+            from apr_core.pipeline import TextModel, tokenizer_for
+        except ImportError:
+            return json.dumps({"error": {"code": "numpy", "message": "generation needs numpy: "
+                                         "use Pyodide 0.17, or an indexURL that serves numpy"}})
+        if dequantize is None:
+            from apr_core.quant import registry
+            dequantize = registry.active_backend() == "numpy"
+        transformer = Transformer.from_model_file(model, dequantize_at_load=bool(dequantize))
+        _state["model"] = TextModel(transformer, tokenizer_for(model))
+        _state["url"] = url
+        cfg = transformer.config
+        from apr_core.quant import registry
+        return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
+                           "kernels": registry.active_backend(),
+                           "vocab": cfg.n_vocab, "context": cfg.max_ctx,
+                           "chat_template": bool(_state["model"].chat_template)})
+    except Exception as exc:
+        return _error(exc)
+
+
+def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0) -> str:
+    """Answer a conversation, emitting a `token` event per piece as it is generated."""
+    import time
+    from apr_core.sampling import SamplerConfig
+    try:
+        text_model = _state["model"]
+        ids = text_model.chat_ids(json.loads(messages_json))
+        start = time.time()
+        first: Optional[float] = None
+        pieces, count = [], 0
+        for piece in text_model.stream(ids, SamplerConfig(temperature=temperature),
+                                       max_tokens=int(max_tokens)):
+            first = first or time.time()
+            count += piece.token_id >= 0
+            pieces.append(piece.text)
+            js.aprHost.emit("token", json.dumps({"text": piece.text, "id": piece.token_id}))
+        end = time.time()
+        decode = end - (first or end)
+        return json.dumps({"text": "".join(pieces), "tokens": count, "prompt_tokens": len(ids),
+                           "prefill_s": (first or end) - start, "decode_s": decode,
+                           "decode_tok_s": (count - 1) / decode if count > 1 and decode else None})
+    except Exception as exc:
+        return _error(exc)
+
+
+def logits(ids_json: str) -> str:
+    """Logits `[T, n_vocab]` for a token sequence, as base64 float32 (row-major)."""
+    import numpy as np
+    try:
+        out = _state["model"].transformer.forward(json.loads(ids_json))  # [T, n_vocab]
+        return json.dumps({"shape": list(out.shape), "f32": base64.b64encode(
+            np.ascontiguousarray(out, dtype="<f4").tobytes()).decode("ascii")})
+    except Exception as exc:
+        return _error(exc)
+
+
+def greedy(ids_json: str, count: int) -> str:
+    """`count` greedy tokens after the given ids (no stop tokens), with decode timing."""
+    import time
+    from apr_core.generate import generate_step
+    try:
+        steps = generate_step(_state["model"].transformer, json.loads(ids_json),
+                              max_tokens=int(count))
+        tokens, stamps = [], [time.time()]
+        for token in steps:
+            tokens.append(int(token))
+            stamps.append(time.time())
+        decode = stamps[-1] - stamps[1] if len(stamps) > 2 else 0.0
+        return json.dumps({"tokens": tokens, "prefill_s": stamps[1] - stamps[0],
+                           "decode_tok_s": (len(tokens) - 1) / decode if decode else None})
+    except Exception as exc:
+        return _error(exc)
+
+
+def profile_decode(ids_json: str, count: int, top: int = 12) -> str:
+    """Where decode time goes: `count` greedy tokens under cProfile, the `top` functions by
+    own time as [name, calls, own seconds, cumulative seconds] (bench/browser.py prints it)."""
+    import cProfile
+    import pstats
+    from apr_core.generate import generate_step
+    try:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        list(generate_step(_state["model"].transformer, json.loads(ids_json),
+                           max_tokens=int(count)))
+        profiler.disable()
+        table = pstats.Stats(profiler).stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+        rows = sorted(table.items(), key=lambda item: -item[1][2])[:int(top)]
+        return json.dumps([["{}:{}({})".format(key[0].rsplit("/", 1)[-1], key[1], key[2]),
+                            value[1], value[2], value[3]] for key, value in rows])
+    except Exception as exc:
+        return _error(exc)
+
+
+def dequant_digests() -> str:
+    """sha256 of every tensor of the loaded model dequantized to little-endian float32."""
+    import numpy as np
+    from apr_core.quant.api import dequantize_raw
+    try:
+        model = _models[_state["url"]]
+        return json.dumps({name: hashlib.sha256(np.ascontiguousarray(
+            dequantize_raw(model.read_raw(name)), dtype="<f4").tobytes()).hexdigest()
+            for name in model.tensors})
+    except Exception as exc:
+        return _error(exc)
+
+
+__all__ = ["load", "chat", "logits", "greedy", "profile_decode", "dequant_digests"]

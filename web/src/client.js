@@ -1,0 +1,80 @@
+/**
+ * The page's handle on the apr worker: promise-returning calls plus event listeners.
+ *
+ *     const apr = new AprClient();
+ *     apr.on("progress", (p) => bar.value = p.loaded / p.total);
+ *     await apr.boot({ flavor: "017" });
+ *     const info = await apr.describe("models/smollm2.apr");
+ *     await apr.load("models/smollm2.apr");
+ *     apr.on("token", (t) => out.textContent += t.text);
+ *     await apr.chat([{ role: "user", content: "Hi" }]);
+ */
+import { ShellError } from "./errors.js";
+
+/** Model URLs are resolved against the page, not the worker script. */
+const absolute = (url) => new URL(url, location.href).href;
+
+export class AprClient {
+  constructor(workerURL = new URL("./worker.js", import.meta.url)) {
+    this.worker = new Worker(workerURL, { type: "module" });
+    this.pending = new Map();
+    this.listeners = new Map();
+    this.nextId = 1;
+    this.worker.onmessage = ({ data }) => {
+      if (data.event) {
+        for (const fn of this.listeners.get(data.event) || []) fn(data.data);
+        return;
+      }
+      const call = this.pending.get(data.id);
+      this.pending.delete(data.id);
+      if (data.ok) call.resolve(data.result);
+      else call.reject(new ShellError(data.error.code, data.error.message, data.error.detail));
+    };
+  }
+
+  /** Listen to `progress`, `shard`, `token` or `stats` events; returns an unsubscribe function. */
+  on(event, fn) {
+    if (!this.listeners.has(event)) this.listeners.set(event, new Set());
+    this.listeners.get(event).add(fn);
+    return () => this.listeners.get(event).delete(fn);
+  }
+
+  call(op, ...args) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      const transfer = args.filter((a) => a instanceof ArrayBuffer);
+      this.worker.postMessage({ id, op, args }, transfer);
+    });
+  }
+
+  /** Boot Pyodide (see boot.js DEFAULTS); relative URLs resolve against this page. */
+  boot(config = {}) { return this.call("boot", { base: location.href, ...config }); }
+  /**
+   * Metadata, index (and with `digests` every tensor's sha256) of a model URL. `keys`:
+   * `trustedKey` (hex Ed25519 public key) for signed files, `password` or `secretKey` (hex
+   * seed) for encrypted ones; a signature is always checked when the file is signed.
+   */
+  describe(url, { digests = false, full = true, ...keys } = {}) {
+    return this.call("describe", absolute(url), digests, full, keys);
+  }
+  /** Summary of a local File (header, metadata, tensor table). */
+  async inspect(file) { return this.call("inspect", file.name, await file.arrayBuffer()); }
+  /** Stream per-tensor statistics of an inspected file as `stats` events. */
+  stats(name) { return this.call("stats", "file:" + name); }
+  /** Load a model for generation (`dequantize`: float32 weights inside Python at load;
+   * by default only when no SIMD kernel holds its own float32 copy). */
+  load(url, { dequantize = null, ...keys } = {}) { return this.call("load", absolute(url), dequantize, keys); }
+  chat(messages, { maxTokens = 128, temperature = 0 } = {}) { return this.call("chat", messages, maxTokens, temperature); }
+  logits(ids) { return this.call("logits", ids); }
+  greedy(ids, count) { return this.call("greedy", ids, count); }
+  dequantDigests() { return this.call("dequantDigests"); }
+  /** Drop a model from the worker's memory (its shards stay in the IndexedDB cache). */
+  forget(url) { return this.call("forget", absolute(url)); }
+  /** Cached shards, cached models, and cache management. */
+  cacheList() { return this.call("cacheList"); }
+  cacheModels() { return this.call("cacheModels"); }
+  cacheClear() { return this.call("cacheClear"); }
+  cacheRemove(sha256) { return this.call("cacheRemove", sha256); }
+  terminate() { this.worker.terminate(); }
+}

@@ -1,0 +1,277 @@
+/**
+ * IndexedDB cache of model shards, keyed by the sha256 the manifest gives for each shard.
+ *
+ * A shard is downloaded in fixed-size chunks that are staged in IndexedDB as they arrive, so
+ * a dropped connection (or a closed tab) resumes from the last stored chunk. Staged chunks
+ * are never served: only after the whole shard passes its SHA-256 (WebCrypto) and CRC-32
+ * checks is it marked complete. A shard that fails either check is deleted, chunks and all.
+ * Least-recently-used complete shards are evicted to stay within `maxBytes` and the
+ * browser's quota; when that is not enough the caller gets a `quota` error.
+ */
+import { crc32, crcHex } from "./crc32.js";
+import { ShellError, codes } from "./errors.js";
+import { streamRange } from "./transport.js";
+
+const SHARDS = "shards";
+const CHUNKS = "chunks";
+const RETRIES = 4;
+const MEMORY_CHUNKS = 8;  // recently read chunks kept in memory for adjacent range reads
+
+const promised = (request) => new Promise((resolve, reject) => {
+  request.onsuccess = () => resolve(request.result);
+  request.onerror = () => reject(request.error);
+});
+
+const done = (tx) => new Promise((resolve, reject) => {
+  tx.oncomplete = () => resolve();
+  tx.onerror = () => reject(tx.error);
+  tx.onabort = () => reject(tx.error || new ShellError(codes.QUOTA, "storage transaction aborted"));
+});
+
+const hex = (buffer) => Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
+
+function quotaError(err, what) {
+  if (err && (err.name === "QuotaExceededError" || err.code === codes.QUOTA)) {
+    return new ShellError(codes.QUOTA, `browser storage is full while caching ${what}; ` +
+      "free space or clear the model cache", { reason: String(err.message || err) });
+  }
+  return err;
+}
+
+export class ShardCache {
+  /**
+   * @param {object} options `dbName`, `chunkSize` (bytes per stored chunk), `maxBytes`
+   *   (cache budget; LRU eviction keeps the total under it).
+   */
+  constructor({ dbName = "apr-shards", chunkSize = 4 << 20, maxBytes = Infinity } = {}) {
+    this.dbName = dbName;
+    this.chunkSize = chunkSize;
+    this.maxBytes = maxBytes;
+    this._db = null;
+    this._memory = new Map();  // "sha:index" -> Uint8Array, insertion-ordered for LRU
+  }
+
+  async db() {
+    if (!this._db) {
+      const request = indexedDB.open(this.dbName, 1);
+      request.onupgradeneeded = () => {
+        request.result.createObjectStore(SHARDS, { keyPath: "sha256" });
+        request.result.createObjectStore(CHUNKS);
+      };
+      this._db = await promised(request);
+    }
+    return this._db;
+  }
+
+  async _record(sha256) {
+    const tx = (await this.db()).transaction(SHARDS, "readonly");
+    return promised(tx.objectStore(SHARDS).get(sha256));
+  }
+
+  async _putRecord(record) {
+    const tx = (await this.db()).transaction(SHARDS, "readwrite");
+    tx.objectStore(SHARDS).put(record);
+    await done(tx);
+  }
+
+  /** Every shard record: `{sha256, name, model, url, size, stored, complete, lastUsed}`. */
+  async list() {
+    const tx = (await this.db()).transaction(SHARDS, "readonly");
+    return promised(tx.objectStore(SHARDS).getAll());
+  }
+
+  /** Cached models: shards grouped by the model URL they were loaded for. */
+  async models() {
+    const byModel = new Map();
+    for (const shard of await this.list()) {
+      const entry = byModel.get(shard.model) || { model: shard.model, shards: 0, bytes: 0, complete: true, lastUsed: 0 };
+      entry.shards += 1;
+      entry.bytes += shard.stored;
+      entry.complete = entry.complete && shard.complete;
+      entry.lastUsed = Math.max(entry.lastUsed, shard.lastUsed);
+      byModel.set(shard.model, entry);
+    }
+    return [...byModel.values()];
+  }
+
+  /** Number of stored chunks (staged or committed), for diagnostics and tests. */
+  async chunkCount() {
+    const tx = (await this.db()).transaction(CHUNKS, "readonly");
+    return promised(tx.objectStore(CHUNKS).count());
+  }
+
+  /** Delete one shard (record and chunks). */
+  async remove(sha256) {
+    const tx = (await this.db()).transaction([SHARDS, CHUNKS], "readwrite");
+    tx.objectStore(SHARDS).delete(sha256);
+    tx.objectStore(CHUNKS).delete(IDBKeyRange.bound([sha256, 0], [sha256, Infinity]));
+    await done(tx);
+    for (const key of [...this._memory.keys()]) if (key.startsWith(sha256 + ":")) this._memory.delete(key);
+  }
+
+  /** Delete every cached shard. */
+  async clear() {
+    const tx = (await this.db()).transaction([SHARDS, CHUNKS], "readwrite");
+    tx.objectStore(SHARDS).clear();
+    tx.objectStore(CHUNKS).clear();
+    await done(tx);
+    this._memory.clear();
+  }
+
+  /** Evict least-recently-used complete shards (never those in `keep`) until `bytes` more fit. */
+  async makeRoom(bytes, keep = new Set()) {
+    const shards = await this.list();
+    let total = shards.reduce((sum, s) => sum + s.stored, 0);
+    let free = Infinity;
+    if (navigator.storage && navigator.storage.estimate) {
+      const { quota, usage } = await navigator.storage.estimate();
+      free = quota - usage;
+    }
+    const victims = shards.filter((s) => !keep.has(s.sha256)).sort((a, b) => a.lastUsed - b.lastUsed);
+    while ((total + bytes > this.maxBytes || bytes > free) && victims.length) {
+      const victim = victims.shift();
+      await this.remove(victim.sha256);
+      total -= victim.stored;
+      free += victim.stored;
+    }
+    if (total + bytes > this.maxBytes || bytes > free) {
+      throw new ShellError(codes.QUOTA, `not enough browser storage: ${bytes} bytes needed, ` +
+        `${Math.max(0, Math.min(free, this.maxBytes - total))} available`, { bytes, free, total });
+    }
+  }
+
+  /**
+   * Make sure the shard described by `spec` is cached and verified; download what is missing.
+   * `spec`: {url, sha256, size, crc32 (8 hex digits), crcSpan (bytes the CRC covers), name, model}.
+   * `onProgress(stored, size, fromCache)`. Resolves to `{fromCache, downloaded}`.
+   */
+  async ensure(spec, { onProgress = () => {}, signal, keep = new Set() } = {}) {
+    let record = await this._record(spec.sha256);
+    if (record && record.complete && record.size === spec.size) {
+      record.lastUsed = Date.now();
+      await this._putRecord(record);
+      onProgress(record.size, record.size, true);
+      return { fromCache: true, downloaded: 0 };
+    }
+    if (!record || record.size !== spec.size || record.chunkSize !== this.chunkSize) {
+      if (record) await this.remove(spec.sha256);
+      record = { sha256: spec.sha256, size: spec.size, chunkSize: this.chunkSize, stored: 0,
+        complete: false, name: spec.name, model: spec.model, url: spec.url, lastUsed: Date.now() };
+      await this._putRecord(record);
+    }
+    try {
+      await this.makeRoom(spec.size - record.stored, new Set([...keep, spec.sha256]));
+    } catch (err) {
+      if (record.stored === 0) await this.remove(spec.sha256);  // leave no empty record behind
+      throw err;
+    }
+    onProgress(record.stored, spec.size, false);
+    const downloaded = await this._download(spec, record, onProgress, signal);
+    await this._verifyAndCommit(spec, record);
+    return { fromCache: false, downloaded };
+  }
+
+  async _download(spec, record, onProgress, signal) {
+    let downloaded = 0;
+    for (let attempt = 0; record.stored < spec.size; attempt++) {
+      let buffer = new Uint8Array(Math.min(this.chunkSize, spec.size - record.stored));
+      let fill = 0;
+      try {
+        // Ask only for what is not stored yet: a resumed download starts at a chunk boundary.
+        await streamRange(spec.url, record.stored, spec.size - 1, async (data) => {
+          for (let at = 0; at < data.length;) {
+            const n = Math.min(buffer.length - fill, data.length - at);
+            buffer.set(data.subarray(at, at + n), fill);
+            fill += n; at += n; downloaded += n;
+            if (fill === buffer.length) {
+              await this._storeChunk(record, buffer);
+              onProgress(record.stored, spec.size, false);
+              if (record.stored < spec.size) {
+                buffer = new Uint8Array(Math.min(this.chunkSize, spec.size - record.stored));
+                fill = 0;
+              }
+            }
+          }
+        }, { signal });
+      } catch (err) {
+        if (err.code !== codes.NETWORK || attempt + 1 >= RETRIES) throw quotaError(err, spec.name);
+      }
+    }
+    return downloaded;
+  }
+
+  async _storeChunk(record, bytes) {
+    const index = record.stored / this.chunkSize;
+    const next = { ...record, stored: record.stored + bytes.length };
+    try {
+      const tx = (await this.db()).transaction([SHARDS, CHUNKS], "readwrite");
+      tx.objectStore(CHUNKS).put(bytes, [record.sha256, index]);
+      tx.objectStore(SHARDS).put(next);  // same transaction: `stored` never runs ahead of the chunks
+      await done(tx);
+    } catch (err) {
+      throw quotaError(err, record.name);
+    }
+    record.stored = next.stored;
+  }
+
+  async _verifyAndCommit(spec, record) {
+    const whole = await this._assemble(spec.sha256, 0, spec.size, false);
+    const sha = hex(await crypto.subtle.digest("SHA-256", whole));
+    const crc = crcHex(crc32(whole.subarray(0, spec.crcSpan)));
+    if (sha !== spec.sha256 || crc !== spec.crc32) {
+      await this.remove(spec.sha256);
+      const which = sha !== spec.sha256 ? "sha256" : "CRC-32";
+      throw new ShellError(codes.CHECKSUM, `shard ${spec.name} failed its ${which} check: the ` +
+        "server sent corrupt data, nothing was cached", { shard: spec.name, expected: spec.sha256, got: sha });
+    }
+    record.complete = true;
+    record.lastUsed = Date.now();
+    await this._putRecord(record);
+  }
+
+  async _chunk(sha256, index) {
+    const key = `${sha256}:${index}`;
+    let bytes = this._memory.get(key);
+    if (bytes) {
+      this._memory.delete(key);
+    } else {
+      const tx = (await this.db()).transaction(CHUNKS, "readonly");
+      bytes = await promised(tx.objectStore(CHUNKS).get([sha256, index]));
+      if (!bytes) throw new ShellError(codes.CHECKSUM, `cached shard ${sha256.slice(0, 12)} lost chunk ${index}`);
+    }
+    this._memory.set(key, bytes);
+    if (this._memory.size > MEMORY_CHUNKS) this._memory.delete(this._memory.keys().next().value);
+    return bytes;
+  }
+
+  async _assemble(sha256, offset, length, remember = true) {
+    const out = new Uint8Array(length);
+    const size = this.chunkSize;
+    for (let index = Math.floor(offset / size); index * size < offset + length; index++) {
+      const chunk = remember ? await this._chunk(sha256, index) : await this._chunkUncached(sha256, index);
+      const from = Math.max(offset, index * size);
+      const to = Math.min(offset + length, index * size + chunk.length);
+      out.set(chunk.subarray(from - index * size, to - index * size), from - offset);
+    }
+    return out;
+  }
+
+  async _chunkUncached(sha256, index) {
+    const tx = (await this.db()).transaction(CHUNKS, "readonly");
+    const bytes = await promised(tx.objectStore(CHUNKS).get([sha256, index]));
+    if (!bytes) throw new ShellError(codes.CHECKSUM, `staged shard ${sha256.slice(0, 12)} lost chunk ${index}`);
+    return bytes;
+  }
+
+  /** `length` bytes at `offset` of a committed shard. */
+  async read(sha256, offset, length) {
+    const record = await this._record(sha256);
+    if (!record || !record.complete) {
+      throw new ShellError(codes.ARGUMENT, `shard ${sha256.slice(0, 12)} is not in the cache`);
+    }
+    if (offset < 0 || length < 0 || offset + length > record.size) {
+      throw new ShellError(codes.ARGUMENT, "read outside the cached shard", { offset, length, size: record.size });
+    }
+    return this._assemble(sha256, offset, length);
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * The Web Worker that runs Pyodide, so the page stays responsive while models stream in and
+ * tokens are generated. Protocol (see client.js): the page posts `{id, op, args}`; the worker
+ * answers `{id, ok, result | error}` and pushes `{event, data}` for progress, tokens and stats.
+ */
+import { bootPyodide } from "./boot.js";
+import { ShellError, codes, toPlainError } from "./errors.js";
+import { ShardCache } from "./shard_cache.js";
+import { SimdMatmul } from "./simd_kernel.js";
+import { fetchFile, fetchRange, urlSize } from "./transport.js";
+import { webCrypto } from "./webcrypto.js";
+
+let runtime = null;
+let cache = null;
+let lastHostError = null;  // the JS error behind a failed Python call, with its stable code
+let queue = Promise.resolve();
+
+const emit = (event, data) => self.postMessage({ event, data });
+
+/** Remember a failure of a host function before Python sees it as a JsException. */
+const guarded = (fn) => async (...args) => {
+  try {
+    return await fn(...args);
+  } catch (err) {
+    lastHostError = toPlainError(err);
+    throw err;
+  }
+};
+
+self.aprCrypto = webCrypto;
+self.aprHost = {
+  size: guarded((url) => urlSize(url)),
+  fetchRange: guarded((url, offset, length) => fetchRange(url, offset, length)),
+  fetchFile: guarded((url, size) => fetchFile(url, (loaded, total) =>
+    emit("progress", { url, loaded, total, phase: "download" }), { size })),
+  ensureShard: guarded(async (specJson) => {
+    const spec = JSON.parse(specJson);
+    const progress = (stored, size, fromCache) => emit("progress", {
+      url: spec.model, shard: spec.name, index: spec.index, count: spec.count,
+      shardLoaded: stored, shardTotal: size, loaded: spec.before + stored, total: spec.modelSize,
+      fromCache, phase: fromCache ? "cache" : "download" });
+    const result = await cache.ensure(spec, { onProgress: progress, keep: new Set(spec.keep || []) });
+    emit("shard", { name: spec.name, sha256: spec.sha256, ...result });
+    return result.fromCache;
+  }),
+  readShard: guarded((sha256, offset, length) => cache.read(sha256, offset, length)),
+  emit: (event, json) => emit(event, JSON.parse(json)),
+};
+
+/** Call `apr_web.<fn>(*args)` and parse its JSON answer. */
+async function python(fn, ...args) {
+  if (!runtime) throw new ShellError(codes.BOOT, "the runtime is not booted yet");
+  self.aprArgs = JSON.stringify(args);
+  lastHostError = null;
+  const text = await runtime.py.runPythonAsync(
+    `import apr_web, js, json\nawait apr_web.${fn}(*json.loads(js.aprArgs))`);
+  const result = JSON.parse(text);
+  if (result && result.error) {
+    const err = lastHostError || { code: codes.PYTHON, message: formatPythonError(result.error), detail: result.error };
+    throw new ShellError(err.code, err.message, err.detail);
+  }
+  return result;
+}
+
+function formatPythonError(error) {
+  return error.category ? `${error.code} ${error.category}: ${error.message}` : `${error.code}: ${error.message}`;
+}
+
+/** Call a plain (non-coroutine) `apr_web.<fn>` through the `_sync` coroutine shim. */
+const sync = (fn, ...args) => python("_sync", fn, ...args);
+
+const describeRuntime = () => ({ flavor: runtime.flavor, python: runtime.python, numpy: runtime.numpy,
+  webcrypto: runtime.webcrypto, kernels: runtime.kernels });
+
+const ops = {
+  async boot(config = {}) {
+    if (runtime) return describeRuntime();
+    cache = new ShardCache(config.cache || {});
+    runtime = await bootPyodide(config, config.base || self.location.href);
+    runtime.py.runPython(`
+import apr_web
+async def _sync(name, *args):
+    return getattr(apr_web, name)(*args)
+apr_web._sync = _sync
+`);
+    runtime.webcrypto = runtime.py.runPython("apr_web.register_webcrypto()");
+    runtime.kernels = "numpy";
+    if (runtime.numpy && (config.kernels || "simd") === "simd") {
+      try {
+        self.aprSimd = await SimdMatmul.create();
+        if (runtime.py.runPython("import apr_webkernel; apr_webkernel.register_simd_matmul()")) {
+          runtime.kernels = "wasm-simd";
+        }
+      } catch (err) { /* no WebAssembly SIMD here: numpy's kernels stay */ }
+    }
+    return describeRuntime();
+  },
+  describe: (url, digests = false, full = true, options = null) => python("describe", url, digests, full, options),
+  cryptoSelfTest: (seedHex, messageHex) => sync("crypto_self_test", seedHex, messageHex),
+  async inspect(name, buffer) {
+    const path = `/tmp/upload-${Date.now()}-${name.replace(/[^\w.-]/g, "_")}`;
+    runtime.FS.writeFile(path, new Uint8Array(buffer));
+    return sync("inspect_file", path, name);
+  },
+  stats: (key) => sync("tensor_stats", key),
+  load: (url, dequantize = null, options = null) => python("load", url, dequantize, options),
+  chat: (messages, maxTokens = 128, temperature = 0) =>
+    sync("chat", JSON.stringify(messages), maxTokens, temperature),
+  logits: (ids) => sync("logits", JSON.stringify(ids)),
+  greedy: (ids, count) => sync("greedy", JSON.stringify(ids), count),
+  dequantDigests: () => sync("dequant_digests"),
+  profileDecode: (ids, count) => sync("profile_decode", JSON.stringify(ids), count),
+  forget: (url) => sync("forget", url),
+  cacheList: () => cache.list(),
+  cacheModels: () => cache.models(),
+  cacheChunks: () => cache.chunkCount(),
+  cacheRemove: (sha256) => cache.remove(sha256),
+  cacheClear: () => cache.clear(),
+};
+
+self.onmessage = (message) => {
+  const { id, op, args = [] } = message.data;
+  // One Python interpreter: operations run one after another, in arrival order.
+  queue = queue.then(async () => {
+    try {
+      if (!ops[op]) throw new ShellError(codes.ARGUMENT, `unknown operation ${op}`);
+      self.postMessage({ id, ok: true, result: await ops[op](...args) });
+    } catch (err) {
+      self.postMessage({ id, ok: false, error: toPlainError(err) });
+    }
+  });
+};
