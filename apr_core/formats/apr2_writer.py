@@ -13,10 +13,10 @@ import hashlib
 import io
 import json
 import zlib
-from typing import IO, Any, Iterable, List, NamedTuple, Optional, Tuple
+from typing import IO, Any, Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 from ..atomic import atomic_output
-from ..codecs import CODEC_IDS, CODEC_NONE
+from ..codecs import CODEC_IDS, CODEC_MASK, CODEC_NONE
 from ..codecs.framing import encode_blocks
 from ..dtypes import DType, apr_id_for_write
 from ..errors import AprError, ErrorCode
@@ -96,7 +96,7 @@ def write_apr2(path: Any, tensors: Iterable[Any], metadata: dict, alignment: int
     codec, level = parse_compression(compression)
     plan = _plan(tensors, metadata, alignment, flags)
     with atomic_output(path, overwrite=overwrite) as handle:
-        return _write(handle, plan, codec, level, sha256)
+        return _write(handle, plan, lambda item: _payload(item, codec, level), sha256)
 
 
 def write_apr2_bytes(tensors: Iterable[Any], metadata: dict, alignment: int = 64,
@@ -105,8 +105,38 @@ def write_apr2_bytes(tensors: Iterable[Any], metadata: dict, alignment: int = 64
     codec, level = parse_compression(compression)
     plan = _plan(tensors, metadata, alignment, flags)
     buffer = io.BytesIO()
-    _write(buffer, plan, codec, level, False)
+    _write(buffer, plan, lambda item: _payload(item, codec, level), False)
     return buffer.getvalue()
+
+
+def rewrite_apr2(path: Any, model: Any, metadata: dict,
+                 transform: Callable[[Any, bytes], bytes], set_flags: int = 0,
+                 clear_flags: int = 0, overwrite: bool = True) -> WriteResult:
+    """Copy the stored payloads of `model` (an `AprFile`) through
+    `transform(index_entry, stored) -> stored` into a new file with `metadata`.
+
+    Payloads are never decompressed, so codec choices survive byte for byte; offsets,
+    sizes, alignment padding and the footer are recomputed. The encryption layer uses it
+    (encrypt and decrypt are transforms); SIGNED is always cleared, since the output's
+    bytes differ from what was signed.
+    """
+    items = [PlannedTensor(entry.name.encode("utf-8"), entry, entry.dtype, entry.dtype_id,
+                           entry.shape, entry.dtype.nbytes(entry.shape))
+             for entry in model.entries]
+    meta = encode_metadata(metadata)
+    alignment = model.alignment or 64
+    idx_size = index_size([(item.name_bytes, len(item.shape)) for item in items])
+    data_offset = align_up(HEADER_SIZE + len(meta) + idx_size, alignment)
+    flags = (model.flags | set_flags) & ~(clear_flags | F.SIGNED | F.COMPRESSED)
+    plan = _Plan(items, meta, idx_size, data_offset, alignment, flags)
+
+    def encode(item: PlannedTensor) -> Tuple[bytes, int, int]:
+        entry = item.tensor
+        stored = model.source.read(model.data_offset + entry.offset, entry.size)
+        return transform(entry, stored), entry.raw_size, entry.flags
+
+    with atomic_output(path, overwrite=overwrite) as handle:
+        return _write(handle, plan, encode, False)
 
 
 def _plan(tensors: Iterable[Any], metadata: dict, alignment: int, flags: int) -> _Plan:
@@ -181,7 +211,8 @@ def encode_metadata(metadata: dict) -> bytes:
     return encoded
 
 
-def _write(handle: IO[bytes], plan: _Plan, codec: int, level: Optional[int],
+def _write(handle: IO[bytes], plan: _Plan,
+           encode: Callable[[PlannedTensor], Tuple[Any, int, int]],
            want_sha256: bool) -> WriteResult:
     index_offset = HEADER_SIZE + len(plan.metadata)
     handle.write(b"\0" * HEADER_SIZE)
@@ -194,8 +225,8 @@ def _write(handle: IO[bytes], plan: _Plan, codec: int, level: Optional[int],
         padding = align_up(position, plan.alignment) - position
         handle.write(b"\0" * padding)
         position += padding
-        stored, raw_size, tensor_flags = _payload(item, codec, level)
-        compressed = compressed or bool(tensor_flags)
+        stored, raw_size, tensor_flags = encode(item)
+        compressed = compressed or bool(tensor_flags & CODEC_MASK)
         handle.write(stored)
         entries.append(pack_entry(item.name_bytes, item.dtype_id, item.shape, position,
                                   len(stored), raw_size, tensor_flags))
@@ -257,5 +288,5 @@ def _read_back(handle: IO[bytes], size: int, want_sha256: bool) -> Tuple[int, An
     return crc, digest
 
 
-__all__ = ["write_apr2", "write_apr2_bytes", "parse_compression", "check_tensors",
+__all__ = ["write_apr2", "write_apr2_bytes", "rewrite_apr2", "parse_compression", "check_tensors",
            "encode_metadata", "PlannedTensor", "WriteResult"]

@@ -205,8 +205,8 @@ class Tokenizer:
             if not parse_special and attr & _RENDER_ONLY_IF_SPECIAL:
                 continue
             token = self.tokens[tid]
-            if token not in text:
-                continue
+            if not token or token not in text:
+                continue  # an empty special token can never match (str.split("") raises)
             result: List[Fragment] = []
             for fragment in fragments:
                 if isinstance(fragment, int) or token not in fragment:
