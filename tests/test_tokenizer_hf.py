@@ -109,3 +109,14 @@ def test_unsupported_components_are_named(tmp_path):
     with pytest.raises(AprError) as info:
         Tokenizer.from_tokenizer_json(str(bad))
     assert info.value.context["model"] == "Unigram"
+
+
+def test_a_huge_token_id_is_refused_before_allocating():
+    """A few bytes naming id 16M must not build a 16M-entry table."""
+    data = _tiny_json()
+    data["added_tokens"].append({"id": (1 << 24) - 1, "content": "<far>", "special": True})
+    with pytest.raises(AprError) as info:
+        Tokenizer.from_tokenizer_json(data)
+    assert info.value.code is ErrorCode.MEMORY and info.value.context["max_id"] == (1 << 24) - 1
+    data["added_tokens"][-1]["id"] = 263 + 100      # a small gap is fine (real files have some)
+    assert Tokenizer.from_tokenizer_json(data).tokens[363] == "<far>"
