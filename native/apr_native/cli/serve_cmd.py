@@ -1,0 +1,76 @@
+"""`apr serve MODEL`: the OpenAI-compatible HTTP server (native/apr_native/server).
+
+    apr serve demo --port 8080
+    curl localhost:8080/v1/chat/completions -d '{"model": "demo", "messages": [...]}'
+
+Binds to 127.0.0.1 unless told otherwise; an API key (`--api-key` or APR_API_KEY) guards
+/v1/* with `Authorization: Bearer KEY` and is what to use on any other address.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+
+from apr_core.errors import AprError, ErrorCode
+
+from .common import parse_size, quiet, resolve_model
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def model_id_for(name: str) -> str:
+    """The id clients pass as `model`: the built-in name, else the file's name."""
+    return os.path.basename(os.path.normpath(name)) if os.path.exists(name) else name
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from apr_native.server import Engine, ServerSettings, create_app
+    if not 1 <= args.max_tokens <= 1 << 20 or args.max_queue < 1 or not 0 < args.port < 65536:
+        raise AprError(ErrorCode.ARGUMENT, "--max-tokens, --max-queue and --port need "
+                       "positive values in range")
+    api_key = args.api_key or os.environ.get("APR_API_KEY") or None
+    if not _is_loopback(args.host) and not api_key:
+        print("apr: warning: serving on {} without --api-key: anyone who can reach it may "
+              "use it".format(args.host), file=sys.stderr)
+    engine = Engine(resolve_model(args.model), args.model_id or model_id_for(args.model),
+                    dequantize=args.dequantize, max_queue=args.max_queue)
+    settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
+                              max_body=parse_size(args.max_body))
+    if not quiet():
+        print("apr: serving '{}' on http://{}:{}/v1 (GET /ready answers 200 once the model "
+              "is loaded)".format(engine.model_id, args.host, args.port), file=sys.stderr)
+    uvicorn.run(create_app(engine, settings), host=args.host, port=args.port,
+                log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
+    p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or APR_API_KEY)")
+    p.add_argument("--model-id", help="name clients use as 'model' (default: the file name "
+                   "or built-in name)")
+    p.add_argument("--max-tokens", type=int, default=512,
+                   help="cap on max_tokens per request (also the default)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests that may wait for the model before 429s")
+    p.add_argument("--max-body", default="4M", help="largest request body (e.g. 64K, 4M)")
+    p.add_argument("--dequantize", action="store_true",
+                   help="dequantize weights to f32 at load (faster decode, more memory)")
+    p.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+    p.set_defaults(func=run_serve)

@@ -1,0 +1,85 @@
+"""Prometheus metrics (text format at GET /metrics), one registry per app.
+
+Request counts and latencies are taken by an ASGI middleware around every route, so a
+streamed response is timed to its last byte; token counts and time to first token are
+recorded by the endpoints. Paths outside the known routes are counted as "other" so a
+scanner cannot blow up the label set.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    """The server's collectors; `queue_depth` and `ready` are read when scraped."""
+
+    def __init__(self, paths: Iterable[str], queue_depth: Callable[[], float],
+                 ready: Callable[[], float]) -> None:
+        self.paths = frozenset(paths)
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("apr_http_requests", "HTTP requests by path and status",
+                                ["path", "status"], registry=r)
+        self.latency = Histogram("apr_http_request_duration_seconds",
+                                 "Time from request to last response byte", ["path"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("apr_time_to_first_token_seconds",
+                              "Time from request to the first generated token",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("apr_prompt_tokens", "Prompt tokens processed",
+                                     registry=r)
+        self.completion_tokens = Counter("apr_completion_tokens",
+                                         "Tokens of completed responses", registry=r)
+        # Counted by the worker as it goes, so abandoned generations show up too.
+        self.generated_tokens = Counter("apr_generated_tokens",
+                                        "Tokens generated, including cancelled requests",
+                                        registry=r)
+        self.cancelled = Counter("apr_cancelled_generations",
+                                 "Generations stopped because the client went away",
+                                 registry=r)
+        Gauge("apr_queue_depth", "Requests waiting for or holding the model",
+              registry=r).set_function(queue_depth)
+        Gauge("apr_model_ready", "1 once the model is loaded", registry=r).set_function(ready)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    content_type = CONTENT_TYPE_LATEST
+
+
+
+class MeasureMiddleware:
+    """ASGI middleware: every HTTP request is counted and timed to its last byte."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        m = self.metrics
+        path = scope.get("path", "")
+        label = path if path in m.paths else "other"
+        start = time.perf_counter()
+        status = [500]
+
+        async def send_status(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            m.requests.labels(label, str(status[0])).inc()
+            m.latency.labels(label).observe(time.perf_counter() - start)
+
+
+__all__ = ["MeasureMiddleware", "Metrics", "LATENCY_BUCKETS"]
