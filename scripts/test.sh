@@ -14,5 +14,5 @@ echo "== pytest (Python $(.venv/bin/python -c 'import sys; print(sys.version.spl
 
 if [ -x .venv38/bin/python ]; then
   echo "== pytest on Python 3.8 + numpy 1.17.5 (apr_core only)"
-  PYTHONPATH="$PWD:$PWD/native" .venv38/bin/python -m pytest -q -p no:cacheprovider -m "not native" "$@"
+  PYTHONPATH="$PWD:$PWD/native" .venv38/bin/python -m pytest -q -p no:cacheprovider -m "not native" tests "$@"
 fi

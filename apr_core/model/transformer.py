@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from .config import ModelConfig, config_from_apr, config_from_gguf, config_from_
 from .families import Family, Resolved, contracts, resolve_tensors
 from .kv_cache import KVCache
 from .layers import ACTIVATION_FNS, Norm, Rope, attention, rms_norm
-from .weights import Linear
+from .weights import Linear, matmul_group
 
 # Projection role -> its bias role; norm role -> its bias role (contract role names).
 LINEAR_BIAS = {"q": "q_bias", "k": "k_bias", "v": "v_bias", "qkv": "qkv_bias",
@@ -90,13 +90,17 @@ class Transformer:
         return _Loader(model_file, config, where, dequantize_at_load).build(cls)
 
     @classmethod
-    def from_path(cls, path: str, dequantize_at_load: bool = False) -> "Transformer":
-        """Load a model file or a Hugging Face model directory (weights + config.json)."""
+    def from_path(cls, path: str, dequantize_at_load: bool = False,
+                  opener: Optional[Callable[[str], ModelFile]] = None) -> "Transformer":
+        """Load a model file or a Hugging Face model directory (weights + config.json).
+
+        `opener(path)` opens the file (default `open_model`; apr_native passes its mmap
+        loader, whose tensors are zero-copy views)."""
         from ..formats.open import open_model
         hf_config = None
         if os.path.isdir(path):
             hf_config = read_hf_config(path)
-        with open_model(path) as model_file:
+        with (opener or open_model)(path) as model_file:
             return cls.from_model_file(model_file, dequantize_at_load, hf_config)
 
     # ------------------------------------------------------------------ running
@@ -112,6 +116,15 @@ class Transformer:
         """Run `token_ids` after whatever `cache` holds; return logits `[T, n_vocab]`
         (`[1, n_vocab]` for the last position only when `last_only`). Without a cache the
         tokens are a whole sequence from position 0."""
+        x = self.hidden_states(token_ids, cache)                       # [T, d_model]
+        if last_only:
+            x = x[-1:]
+        return self.lm_head.matmul(x)                                  # [T, d] -> [T, n_vocab]
+
+    def hidden_states(self, token_ids: Sequence[int], cache: Optional[KVCache] = None
+                      ) -> np.ndarray:
+        """Final hidden states `[T, d_model]` after the output norm (what the LM head
+        reads; mean-pooled they are the server's embeddings). Cache use as `forward`."""
         cfg = self.config
         ids = np.asarray(token_ids, np.int64).reshape(-1)
         if ids.size == 0:
@@ -133,9 +146,7 @@ class Transformer:
         for block in self.blocks:
             x = self._block(block, x, positions, cache, tables)
         cache.advance(ids.size)
-        if last_only:
-            x = x[-1:]
-        return self.lm_head.matmul(self.output_norm(x))               # [T, d] -> [T, n_vocab]
+        return self.output_norm(x)                                     # [T, d_model]
 
     def _block(self, block: Block, x: np.ndarray, positions: np.ndarray, cache: KVCache,
                tables: Dict[str, Any]) -> np.ndarray:
@@ -146,7 +157,7 @@ class Transformer:
             qkv = lin["qkv"].matmul(h)                                 # [T, q_dim + 2 kv_dim]
             q, k, v = np.split(qkv, [cfg.q_dim, cfg.q_dim + cfg.kv_dim], axis=1)
         else:
-            q, k, v = lin["q"].matmul(h), lin["k"].matmul(h), lin["v"].matmul(h)
+            q, k, v = matmul_group([lin["q"], lin["k"], lin["v"]], h)
         t = x.shape[0]
         q = q.reshape(t, cfg.n_heads, cfg.head_dim)                    # [T, H, hd]
         k = k.reshape(t, cfg.n_kv_heads, cfg.head_dim)                 # [T, n_kv, hd]
@@ -168,7 +179,8 @@ class Transformer:
         x = x + a
         h = norms["ffn_norm"](x)
         if lin.get("gate") is not None:
-            m = self.act(lin["gate"].matmul(h)) * lin["up"].matmul(h)  # [T, d_ff]
+            gate, up = matmul_group([lin["gate"], lin["up"]], h)       # [T, d_ff] each
+            m = self.act(gate) * up
         else:
             m = self.act(lin["up"].matmul(h))
         m = lin["down"].matmul(m)                                      # [T, d_ff] -> [T, d]

@@ -11,7 +11,7 @@ more memory, much faster per token with numpy alone.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,6 +52,21 @@ for _dtype in dtypes.ALL:
     # One generic kernel serves every dtype the dequantizers know; backends register
     # specialised ones per dtype under their own name.
     registry.register("matmul", _dtype.name)(numpy_matmul)
+
+
+def matmul_group(linears: Sequence["Linear"], x: np.ndarray) -> List[np.ndarray]:
+    """`[l.matmul(x) for l in linears]` for projections sharing one input (Q/K/V,
+    gate/up), through the registry's kind "matmul_group": a backend may run them as one
+    kernel call (one activation quantization, one parallel region)."""
+    return registry.lookup("matmul_group", "*")(linears, x)
+
+
+def numpy_matmul_group(linears: Sequence["Linear"], x: np.ndarray) -> List[np.ndarray]:
+    """Kernel protocol for kind "matmul_group": each projection on its own."""
+    return [linear.matmul(x) for linear in linears]
+
+
+registry.register("matmul_group", "*")(numpy_matmul_group)
 
 
 class Linear:
@@ -122,4 +137,4 @@ class Linear:
         return "<Linear {} {} {} {}>".format(self.name, self.dtype.name, self.shape, mode)
 
 
-__all__ = ["Linear", "numpy_matmul", "SCRATCH_BYTES"]
+__all__ = ["Linear", "numpy_matmul", "matmul_group", "SCRATCH_BYTES"]

@@ -33,6 +33,16 @@ def use_backend(name: str) -> None:
         _ACTIVE_BACKENDS.insert(0, name)
 
 
+def set_backend(name: str) -> None:
+    """Prefer `name`'s kernels, numpy's where it has none (undoes earlier preferences)."""
+    _ACTIVE_BACKENDS[:] = [name] if name == "numpy" else [name, "numpy"]
+
+
+def active_backend() -> str:
+    """The most preferred backend."""
+    return _ACTIVE_BACKENDS[0]
+
+
 def lookup(kind: str, dtype_name: str) -> Kernel:
     _load_kernels()
     table = _KERNELS.get((kind, dtype_name))

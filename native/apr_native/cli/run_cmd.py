@@ -18,8 +18,12 @@ def sampler_from(args: argparse.Namespace) -> SamplerConfig:
 
 
 def load(args: argparse.Namespace) -> TextModel:
+    from apr_native import backends
+    from apr_native.mmap_source import open_mmap
     start = time.perf_counter()
-    model = TextModel.load(resolve_model(args.model), dequantize_at_load=args.dequantize)
+    args.backend = backends.select(args.backend)
+    model = TextModel.load(resolve_model(args.model), dequantize_at_load=args.dequantize,
+                           opener=open_mmap)
     args.load_seconds = time.perf_counter() - start
     return model
 
@@ -31,6 +35,7 @@ def run_run(args: argparse.Namespace) -> int:
     if args.json:
         result = model.generate(ids, sampler, args.max_tokens, args.stop or ()).as_dict()
         result["timings"]["load_s"] = round(args.load_seconds, 3)
+        result["backend"] = args.backend
         emit_json(result)
         return 0
     for piece in model.stream(ids, sampler, args.max_tokens, args.stop or ()):
@@ -83,6 +88,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--dequantize", action="store_true",
                    help="dequantize weights to f32 at load (faster, more memory)")
+    p.add_argument("--backend", choices=("auto", "numpy", "numba", "cuda"),
+                   help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,121 @@
+"""Kernel backends for apr_core's registry: CUDA -> numba CPU -> numpy, chosen once.
+
+    from apr_native import backends
+    backends.select()            # "auto": APR_BACKEND if set, else the fastest available
+    backends.select("numba")     # or force one: numpy | numba | cuda
+
+Selecting a backend registers its "matmul" kernels (one per block type it implements)
+into `apr_core.quant.registry` and makes it the preferred one; `Linear.matmul` looks the
+kernel up per call, so model code is shared by every backend and never copied. Weight
+types a backend lacks fall back to numpy's kernel.
+
+"cuda" is automatic only with a real device (`numba.cuda.is_available()`); with
+`NUMBA_ENABLE_CUDASIM=1` numba's simulator runs the same kernels on the CPU (for tests;
+far too slow to generate with).
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional
+
+from apr_core.errors import AprError, ErrorCode
+from apr_core.quant import registry
+
+NAMES = ("numpy", "numba", "cuda")
+ENV = "APR_BACKEND"
+THREADS_ENV = "APR_THREADS"
+
+_registered: Dict[str, bool] = {}
+
+
+def _numba_ok() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _cuda_ok(simulated_too: bool) -> bool:
+    if not _numba_ok():
+        return False
+    try:
+        from numba import cuda
+        if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+            return simulated_too
+        return bool(cuda.is_available())
+    except Exception:  # a broken driver install must not stop the CPU backends
+        return False
+
+
+def available() -> List[str]:
+    """Backends usable here, fastest first (the simulator counts only when forced)."""
+    names = ["cuda"] if _cuda_ok(simulated_too=False) else []
+    if _numba_ok():
+        names.append("numba")
+    return names + ["numpy"]
+
+
+def threads() -> int:
+    """Worker threads for numba kernels: APR_THREADS, else every core we may run on."""
+    wanted = os.environ.get(THREADS_ENV)
+    if wanted:
+        try:
+            return max(1, int(wanted))
+        except ValueError:
+            raise AprError(ErrorCode.ARGUMENT, "APR_THREADS must be an integer", value=wanted)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _register_numba() -> None:
+    import numba
+    from .kernels import cpu
+    numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
+    for name in cpu.SUPPORTED:
+        registry.register("matmul", name, backend="numba")(cpu.numba_matmul)
+    registry.register("matmul_group", "*", backend="numba")(cpu.numba_matmul_group)
+
+
+def _register_cuda() -> None:
+    from .kernels import cuda
+    for name in cuda.SUPPORTED:
+        registry.register("matmul", name, backend="cuda")(cuda.cuda_matmul)
+
+
+_REGISTER = {"numba": _register_numba, "cuda": _register_cuda}
+
+
+def select(name: Optional[str] = None) -> str:
+    """Make `name` (or $APR_BACKEND, or the best available) the active backend; return it.
+
+    AprError(ARGUMENT) for an unknown name, AprError(UNSUPPORTED) when the named backend
+    cannot run here (numba not installed, no CUDA device).
+    """
+    wanted = (name or os.environ.get(ENV) or "auto").strip().lower()
+    if wanted == "auto":
+        wanted = available()[0]
+    if wanted not in NAMES:
+        raise AprError(ErrorCode.ARGUMENT, "unknown backend", backend=wanted,
+                       choices=", ".join(("auto",) + NAMES))
+    if wanted == "numba" and not _numba_ok():
+        raise AprError(ErrorCode.UNSUPPORTED, "backend numba needs the numba package "
+                       "(pip install 'apr[native]')")
+    if wanted == "cuda" and not _cuda_ok(simulated_too=True):
+        raise AprError(ErrorCode.UNSUPPORTED, "backend cuda needs a CUDA device (or "
+                       "NUMBA_ENABLE_CUDASIM=1 for numba's simulator)")
+    if wanted in _REGISTER and not _registered.get(wanted):
+        _REGISTER[wanted]()
+        _registered[wanted] = True
+    registry.set_backend(wanted)
+    return wanted
+
+
+def active() -> str:
+    """The backend currently preferred by the registry."""
+    return registry.active_backend()
+
+
+__all__ = ["select", "available", "active", "threads", "NAMES", "ENV"]

@@ -1,0 +1,66 @@
+"""Accelerated kernels for apr_native: numba CPU (`cpu`) and numba CUDA (`cuda`).
+
+They plug into apr_core's kernel registry (see `apr_native.backends`); model code never
+imports them directly.
+
+numba's on-disk cache (`cache=True`, so CI and users compile once) stamps each function
+with its own source file only, so a kernel calling code from another file here would keep
+stale machine code after that file changed. The locators below stamp every function of
+this package with all of the package's sources instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+# numba's OpenMP pool spins between parallel regions by default. Decode runs hundreds of
+# short regions per token, and on a machine whose cores are also busy elsewhere a
+# spinning worker holds a core its sibling needs: measured here under load, 2 spinning
+# threads ran the SmolLM2 matvecs at 0.2 tok/s, passive ones at 28 tok/s (1 thread: 3).
+# Set before numba loads its OpenMP library; an explicit setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from numba.core import caching  # noqa: E402
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _package_stamp() -> str:
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(_HERE)):
+        if name.endswith(".py"):
+            with open(os.path.join(_HERE, name), "rb") as handle:
+                digest.update(name.encode() + b"\0" + handle.read())
+    return digest.hexdigest()
+
+
+_STAMP = _package_stamp()
+
+
+class _PackageStamp:
+    """Mixin: the cache is valid only for the exact sources of this package."""
+
+    def get_source_stamp(self):
+        return _STAMP
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if os.path.dirname(os.path.abspath(py_file)) != _HERE:
+            return None
+        return super().from_function(py_func, py_file)
+
+
+class _UserProvided(_PackageStamp, caching.UserProvidedCacheLocator):   # NUMBA_CACHE_DIR
+    pass
+
+
+class _InTree(_PackageStamp, caching.InTreeCacheLocator):
+    pass
+
+
+class _UserWide(_PackageStamp, caching.UserWideCacheLocator):
+    pass
+
+
+if not any(issubclass(c, _PackageStamp) for c in caching.CacheImpl._locator_classes):
+    caching.CacheImpl._locator_classes[0:0] = [_UserProvided, _InTree, _UserWide]

@@ -1,0 +1,67 @@
+"""Pieces every numba CPU kernel shares: the block-type table, f16 decoding, and the
+activation quantizer of the fused matvec kernels.
+
+Block types are identified inside jitted code by a small integer (`KIND`), so one compiled
+driver serves every type (one branch per row, invisible next to a row's work) and a single
+`cache=True` compile covers them all.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .simd import load_f16
+
+# dtype name -> (kind code, elements per block, bytes per block); ggml-common.h layouts.
+BLOCKS = {
+    "Q4_0": (0, 32, 18),
+    "Q4_1": (1, 32, 20),
+    "Q5_0": (2, 32, 22),
+    "Q5_1": (3, 32, 24),
+    "Q8_0": (4, 32, 34),
+    "Q4_K": (5, 256, 144),
+    "Q5_K": (6, 256, 176),
+    "Q6_K": (7, 256, 210),
+}
+
+# Activations are quantized in runs of 32 (every block type's sub-blocks are 32 or 16
+# elements, so each weight sub-block sees one activation scale).
+QBLOCK = 32
+
+@njit(inline="always", cache=True)
+def f16(w, o):
+    """The little-endian IEEE half at `w[o:o+2]` as float32 (exact)."""
+    return load_f16(w, o)
+
+
+# Activation codes are int16: the integer dot multiplies int16 pairs (vpmaddwd) whether
+# the activations were 8 or 16 bits, so 16 bits cost only their loads and make the
+# activation error ~1e-5 relative (8 bits, as llama.cpp does, flip near-tied greedy
+# tokens). Overflow: |code| <= 128 times 32767 times 32 per run stays below 2**31.
+XMAX = 32767.0
+
+
+@njit(cache=True)
+def quantize_activations(x, xq, xd, xs):
+    """`x [T, n]` f32 -> int16 codes `xq [T, n]`, scales `xd [T, n/32]` f32 and code sums
+    `xs [T, n/32]` int32, so that x ~= xd * xq per run of 32 (scale amax / 32767, round
+    half away from zero)."""
+    t_count, n = x.shape
+    for t in range(t_count):
+        for b in range(n // QBLOCK):
+            base = b * QBLOCK
+            amax = np.float32(0.0)
+            for j in range(QBLOCK):
+                a = abs(x[t, base + j])
+                if a > amax:
+                    amax = a
+            d = amax / np.float32(XMAX)
+            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+            total = 0
+            for j in range(QBLOCK):
+                v = x[t, base + j] * inv
+                q = np.int32(v + np.float32(0.5)) if v >= 0 else -np.int32(np.float32(0.5) - v)
+                xq[t, base + j] = q
+                total += q
+            xd[t, b] = d
+            xs[t, b] = total

@@ -1,0 +1,77 @@
+"""`apr bench`: runs each runtime in a child, reports speed, TTFT, load time and peak RSS,
+and apr's ratios to the peers; exit codes and errors per seed 000 appendix A.
+
+Speed values are not asserted (no timed assertions): the test checks the report's
+structure, that counts and ratios are consistent with each other, and that the same
+prompt ids reach every runtime.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from synthetic_models import write_gguf_model
+
+pytestmark = pytest.mark.native
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def apr(*args):
+    env = dict(os.environ, APR_QUIET="1",
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "native")]))
+    return subprocess.run([sys.executable, "-m", "apr_native.cli.main"] + list(args),
+                          capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("bench") / "tiny.gguf")
+    write_gguf_model(path, quant="Q4_0")
+    return path
+
+
+def test_bench_json_report(tiny):
+    done = apr("bench", tiny, "-p", "5", "-n", "3", "--repeats", "2", "--warmup", "1",
+               "--backend", "numpy", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["file_bytes"] == os.path.getsize(tiny)
+    assert len(report["prompt_ids"]) == 5 and all(0 <= i < 64 for i in report["prompt_ids"])
+    (result,) = report["results"]
+    assert result["runtime"] == "apr" and result["backend"] == "numpy"
+    assert len(result["runs"]) == 2
+    assert result["ttft_s"] == min(r["ttft_s"] for r in result["runs"])
+    assert result["prefill_tok_s"] == pytest.approx(5 / result["ttft_s"])
+    assert result["decode_tok_s"] == pytest.approx(
+        2 / min(r["decode_s"] for r in result["runs"]))
+    assert result["peak_rss_bytes"] > os.path.getsize(tiny) and result["load_s"] > 0
+    assert report["ratios"] == {}
+
+
+@pytest.mark.real_model
+def test_bench_compare_llama_cpp_prints_ratios(smollm2_gguf):
+    """llama.cpp needs a complete GGUF (tokenizer keys): the real SmolLM2 file."""
+    pytest.importorskip("llama_cpp")
+    done = apr("bench", smollm2_gguf, "-p", "4", "-n", "2", "--repeats", "1", "--warmup", "0",
+               "--compare", "llama.cpp", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    ours, peer = report["results"]
+    assert peer["runtime"] == "llama.cpp"
+    ratio = report["ratios"]["llama.cpp"]
+    assert ratio["prefill"] == pytest.approx(ours["prefill_tok_s"] / peer["prefill_tok_s"])
+    assert ratio["decode"] == pytest.approx(ours["decode_tok_s"] / peer["decode_tok_s"])
+    text = apr("bench", smollm2_gguf, "-p", "4", "-n", "2", "--repeats", "1", "--warmup", "0",
+               "--compare", "llama.cpp")
+    assert text.returncode == 0 and "apr / llama.cpp: prefill" in text.stdout
+
+
+def test_bench_errors(tiny, tmp_path):
+    assert apr("bench", "--help").returncode == 0
+    missing = apr("bench", str(tmp_path / "absent.gguf"))
+    assert missing.returncode != 0 and missing.stderr.count("\n") == 1
+    assert apr("bench", tiny, "--repeats", "0").returncode == 2
+    assert apr("bench", tiny, "--backend", "tpu").returncode == 2

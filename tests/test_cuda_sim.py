@@ -1,0 +1,127 @@
+"""numba CUDA kernels under numba's CUDA simulator (no GPU here): matmul for every block
+type on synthetic and real tensors, decode attention, and greedy tokens of a tiny
+synthetic model through the "cuda" backend, against the numpy reference.
+
+The simulator must be chosen before numba.cuda is first imported, so each case runs in a
+child process with NUMBA_ENABLE_CUDASIM=1 (`python tests/test_cuda_sim.py CASE`). Running
+a whole real model in the simulator (Python threads per CUDA thread) would take hours, so
+the real models are covered by their tensors here and by greedy tokens on the tiny model.
+
+Tolerance: the kernels decode weights exactly and accumulate float32 products in order,
+so they differ from float64 `x @ W.T` only by float32 rounding: <= 1e-5 of sum |x| |w|.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+pytestmark = pytest.mark.native
+
+
+def close_to_exact(got, x, w):
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).T.astype(np.float64)
+    assert (np.abs(got - exact) <= 1e-5 * scale + 1e-6).all(), np.abs(got - exact).max()
+
+
+def case_synthetic():
+    from apr_core import dtypes
+    from apr_core.quant.api import dequantize, quantize
+    from apr_native.kernels import cuda as kc
+    rng = np.random.default_rng(0)
+    for name in kc.SUPPORTED:
+        dtype = dtypes.BY_NAME[name]
+        values = rng.standard_normal((3, 512)).astype(np.float32)
+        data = np.frombuffer(quantize(values, dtype), np.uint8)
+        x = rng.standard_normal((2, 512)).astype(np.float32)
+        close_to_exact(kc.cuda_matmul(data, dtype, (3, 512), x), x,
+                       dequantize(data, dtype, (3, 512)))
+
+
+def case_real_tensors():
+    from apr_core.formats.open import open_model
+    from apr_core.quant.api import dequantize
+    from apr_native.kernels import cuda as kc
+    from apr_native.real_models import locate
+    rng = np.random.default_rng(1)
+    seen = set()
+    for model in ("demo", "qwen2.5-coder-0.5b"):
+        with open_model(str(locate(model))) as model_file:
+            for name, info in model_file.tensors.items():
+                key = (model, info.dtype.name)
+                if len(info.shape) != 2 or info.dtype.name not in kc.SUPPORTED or key in seen:
+                    continue
+                seen.add(key)
+                rows = 3
+                data = np.frombuffer(model_file.read_raw(name).data, np.uint8)
+                data = data[:rows * info.dtype.nbytes((info.shape[1],))]
+                shape = (rows, info.shape[1])
+                x = rng.standard_normal((1, shape[1])).astype(np.float32)
+                close_to_exact(kc.cuda_matmul(data, info.dtype, shape, x), x,
+                               dequantize(data, info.dtype, shape))
+    assert {t for _, t in seen} >= {"Q4_1", "Q8_0", "Q5_0", "Q4_K", "Q6_K"}, seen
+
+
+def case_attention():
+    from apr_core.model.layers import attention
+    from apr_native.kernels.cuda import cuda_attention
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((6, 16)).astype(np.float32)          # [H, hd]
+    k = rng.standard_normal((2, 9, 16)).astype(np.float32)       # [n_kv, L, hd]
+    v = rng.standard_normal((2, 9, 16)).astype(np.float32)
+    got = cuda_attention(q, k, v, 0.25)
+    ref = attention(q[None], k, v, np.array([8]), 0.25)[0]       # [H * hd]
+    assert np.abs(got - ref).max() < 1e-5, np.abs(got - ref).max()
+
+
+def case_greedy_tiny_model():
+    import tempfile
+    sys.path.insert(0, HERE)
+    from synthetic_models import write_gguf_model
+    from apr_core.generate import generate
+    from apr_core.model import Transformer
+    from apr_native import backends
+    with tempfile.TemporaryDirectory() as tmp:
+        # One small model: every simulated CUDA thread is a Python thread, so a K-quant
+        # model (256-wide rows) would take many minutes; the K types are covered above.
+        for quant in ("Q4_1",):
+            path = os.path.join(tmp, quant + ".gguf")
+            write_gguf_model(path, quant=quant)
+            model = Transformer.from_path(path)
+            prompt = [1, 7, 3, 22]
+            assert backends.select("numpy") == "numpy"
+            ref = generate(model, prompt, max_tokens=32)
+            assert backends.select("cuda") == "cuda"
+            got = generate(model, prompt, max_tokens=32)
+            assert got == ref, (quant, got, ref)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+@pytest.mark.parametrize("case", [pytest.param(name, marks=pytest.mark.real_model)
+                                  if name == "real_tensors" else name
+                                  for name in sorted(CASES)])
+def test_in_cuda_simulator(case):
+    pytest.importorskip("numba")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    root = os.path.dirname(HERE)
+    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "native"),
+                                         env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), case], env=env,
+                          capture_output=True, text=True)
+    if done.returncode == 3:
+        pytest.skip(done.stdout.strip())
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+if __name__ == "__main__":
+    from apr_core.errors import AprError
+    try:
+        CASES[sys.argv[1]]()
+    except AprError as err:   # a real model missing on this machine
+        print("skipped: {}".format(err))
+        sys.exit(3)

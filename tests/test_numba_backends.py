@@ -1,0 +1,64 @@
+"""Backend selection: APR_BACKEND / explicit names, the registry's preference order, and
+fallback to numpy's kernel for weight types a backend lacks."""
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from apr_core import dtypes                                      # noqa: E402
+from apr_core.errors import AprError, ErrorCode                  # noqa: E402
+from apr_core.model.weights import Linear, numpy_matmul          # noqa: E402
+from apr_core.quant import quantize, registry                    # noqa: E402
+from apr_native import backends                                  # noqa: E402
+from apr_native.kernels import cpu                               # noqa: E402
+
+pytestmark = pytest.mark.native
+
+
+@pytest.fixture(autouse=True)
+def numpy_afterwards():
+    yield
+    backends.select("numpy")
+
+
+def test_auto_prefers_numba_without_a_gpu(monkeypatch):
+    monkeypatch.delenv("APR_BACKEND", raising=False)
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    expected = backends.available()[0]
+    assert expected in ("cuda", "numba") and "numpy" == backends.available()[-1]
+    assert backends.select() == expected == backends.active()
+
+
+def test_env_and_explicit_names(monkeypatch):
+    monkeypatch.setenv("APR_BACKEND", "numpy")
+    assert backends.select() == "numpy"
+    assert registry.lookup("matmul", "Q4_0") is numpy_matmul
+    assert backends.select("numba") == "numba"                    # explicit beats env
+    assert registry.lookup("matmul", "Q4_0") is cpu.numba_matmul
+    # a type the numba backend lacks falls back to numpy's kernel
+    assert registry.lookup("matmul", "IQ4_NL") is numpy_matmul
+    with pytest.raises(AprError) as err:
+        backends.select("tpu")
+    assert err.value.code is ErrorCode.ARGUMENT
+
+
+def test_cuda_needs_a_device_or_the_simulator(monkeypatch):
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    if "cuda" in backends.available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(AprError) as err:
+        backends.select("cuda")
+    assert err.value.code is ErrorCode.UNSUPPORTED
+
+
+def test_linear_runs_through_the_selected_backend():
+    q = dtypes.BY_NAME["Q5_1"]
+    values = np.random.default_rng(0).standard_normal((12, 64)).astype(np.float32)
+    linear = Linear("w", quantize(values, q), q, (12, 64), bias=np.arange(12, dtype=np.float32))
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    backends.select("numpy")
+    ref = linear.matmul(x)
+    backends.select("numba")
+    got = linear.matmul(x)
+    assert not np.array_equal(got, ref)          # a different kernel ran (int16 activations)
+    assert np.abs(got - ref).max() < 1e-4 * np.abs(ref).max()
