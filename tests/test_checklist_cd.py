@@ -524,20 +524,6 @@ def test_97_every_writing_command_refuses_to_overwrite(tmp_path):
         assert code == 0 and target.read_bytes() != b"precious", (command, err)
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
-                           str(mount_point)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here: " + done.stderr.strip())
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
-
-
 def test_98_disk_full_leaves_no_file(tiny_disk, tmp_path):
     sm.write_hf_model(tmp_path / "hf", "llama", hidden_size=128, intermediate_size=256)
     src = str(tmp_path / "hf")

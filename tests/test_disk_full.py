@@ -3,7 +3,6 @@
 Uses a real 256 KiB tmpfs (needs root and mount permission; skipped otherwise).
 """
 import os
-import subprocess
 
 import pytest
 
@@ -19,20 +18,6 @@ WRITERS = {
     "model.gguf": lambda path, tensors: write_gguf(path, tensors, {"general.architecture": "t"}),
     "model.safetensors": lambda path, tensors: write_safetensors(path, tensors),
 }
-
-
-@pytest.fixture
-def tiny_disk(tmp_path):
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here: " + done.stderr.strip())
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
 
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
