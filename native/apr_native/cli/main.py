@@ -31,7 +31,10 @@ def _package_path() -> List[str]:
 def _debug() -> bool:
     """Tracebacks on errors: APR_LOG_LEVEL=debug, or log_level = "debug" in config.toml."""
     from apr_native.config import log_level
-    return log_level() == "debug"
+    try:
+        return log_level() == "debug"
+    except AprError:        # the error being reported may be the broken config file itself
+        return os.environ.get("APR_LOG_LEVEL", "").lower() == "debug"
 
 
 def build_parser() -> argparse.ArgumentParser:
