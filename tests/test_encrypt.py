@@ -70,7 +70,10 @@ def test_tensors_read_directly_and_streamed(plain, tmp_path):
     with open_model(str(sealed), password="pw") as model:
         assert {n: model.read_raw(n).data for n in reversed(list(model.tensors))} == expected
     loader = StreamingLoader(str(sealed))
-    unlock(loader._model(), password="pw")
+    with pytest.raises(AprError) as err:
+        loader.unlock(password="wrong")
+    assert err.value.code == ErrorCode.DECRYPT
+    loader.unlock(password="pw")
     assert loader.load_tensor("q").data == expected["q"]
     loader.close()
 

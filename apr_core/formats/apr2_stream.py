@@ -46,6 +46,13 @@ class StreamingLoader:
             self._file = read_apr2(self.source, verify=False, max_metadata=self.max_metadata)
         return self._file
 
+    def unlock(self, password: Optional[Any] = None, key: Optional[Any] = None) -> None:
+        """Decrypt an ENCRYPTED file's tensors as they load: a password or the recipient's
+        key pair (see `apr2_encrypt`); a wrong one raises AprError(DECRYPT) here, before
+        any tensor is read."""
+        from .apr2_encrypt import unlock
+        unlock(self._model(), password, key)
+
     @property
     def warnings(self) -> List[str]:
         return self._model().warnings
