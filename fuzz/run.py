@@ -194,30 +194,40 @@ def run_campaign(names, minutes: float, workdir: str) -> dict:
     stats = load_stats(workdir)
     share = max(10, int(minutes * 60 / len(names)))
     for name in names:
-        cmd = ["nice", "-n", "19", sys.executable, os.path.abspath(__file__), "--child", name,
-               "--seconds", str(share), "--workdir", workdir]
-        started = time.time()
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, errors="replace")
-        text = proc.stdout + proc.stderr
-        match = re.findall(r"stat::number_of_executed_units: (\d+)", text)
-        executed = int(match[-1]) if match else 0
-        stats = load_stats(workdir)  # re-read: another campaign may have written since
-        entry = stats.setdefault(name, {"executed": 0, "seconds": 0.0, "runs": 0})
-        entry["executed"] += executed
-        entry["seconds"] += round(time.time() - started, 1)
-        entry["runs"] += 1
-        if "ERROR: libFuzzer: timeout" in text:
-            entry["hangs"] = entry.get("hangs", 0) + 1
-        findings_dir = os.path.join(workdir, name, "findings")
-        entry["findings"] = sorted(f for f in os.listdir(findings_dir)
-                                   if not f.endswith(".txt")) if os.path.isdir(
-                                       findings_dir) else []
-        entry["corpus"] = len(os.listdir(os.path.join(workdir, name, "corpus")))
-        with open(_stats_path(workdir), "w") as handle:
-            json.dump(stats, handle, indent=2, sort_keys=True)
-        print("{:12s} +{:>9,} inputs ({:>9,} total, {} findings)".format(
-            name, executed, entry["executed"], len(entry["findings"])), flush=True)
+        deadline = time.time() + share
+        # libFuzzer stops a run at its first finding (a timeout under load, say):
+        # start it again on the grown corpus until the target's share is spent.
+        while time.time() < deadline - 5:
+            stats = _run_child_once(name, int(deadline - time.time()), workdir)
+    return stats
+
+
+def _run_child_once(name: str, seconds: int, workdir: str) -> dict:
+    """One child run of `name`; adds its counts to stats.json and returns the stats."""
+    cmd = ["nice", "-n", "19", sys.executable, os.path.abspath(__file__), "--child", name,
+           "--seconds", str(max(10, seconds)), "--workdir", workdir]
+    started = time.time()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, errors="replace")
+    text = proc.stdout + proc.stderr
+    match = re.findall(r"stat::number_of_executed_units: (\d+)", text)
+    executed = int(match[-1]) if match else 0
+    stats = load_stats(workdir)  # re-read: another campaign may have written since
+    entry = stats.setdefault(name, {"executed": 0, "seconds": 0.0, "runs": 0})
+    entry["executed"] += executed
+    entry["seconds"] += round(time.time() - started, 1)
+    entry["runs"] += 1
+    if "ERROR: libFuzzer: timeout" in text:
+        entry["hangs"] = entry.get("hangs", 0) + 1
+    findings_dir = os.path.join(workdir, name, "findings")
+    entry["findings"] = sorted(f for f in os.listdir(findings_dir)
+                               if not f.endswith(".txt")) if os.path.isdir(
+                                   findings_dir) else []
+    entry["corpus"] = len(os.listdir(os.path.join(workdir, name, "corpus")))
+    with open(_stats_path(workdir), "w") as handle:
+        json.dump(stats, handle, indent=2, sort_keys=True)
+    print("{:12s} +{:>9,} inputs ({:>9,} total, {} findings)".format(
+        name, executed, entry["executed"], len(entry["findings"])), flush=True)
     return stats
 
 
