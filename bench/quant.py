@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 import warnings
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -24,30 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from apr_core import dtypes  # noqa: E402
 from apr_core.quant import dequantize, supported_types  # noqa: E402
 from bench.bench_timing import best_seconds as _best_seconds  # noqa: E402
+from bench.gguf_peer import gguf_kernel  # noqa: E402
 from bench.quant_quantize import bench_quantize  # noqa: E402
 
 ROW_ELEMENTS = 4096  # a whole number of blocks for every block size (1, 32, 256)
-
-
-def _gguf_dequantizer(dtype: dtypes.DType) -> Optional[Callable[[np.ndarray], np.ndarray]]:
-    """gguf-py's dequantize for `dtype`, or None when gguf-py is absent or lacks the type."""
-    try:
-        from gguf import GGMLQuantizationType
-        from gguf.quants import dequantize as gguf_dequantize
-    except ImportError:
-        return None
-    if dtype.gguf_id is None:
-        return None
-    try:
-        qtype = GGMLQuantizationType(dtype.gguf_id)
-    except ValueError:
-        return None
-    probe = np.zeros((1, dtype.type_size), np.uint8)
-    try:
-        gguf_dequantize(probe, qtype)
-    except (NotImplementedError, ValueError):
-        return None
-    return lambda rows: gguf_dequantize(rows, qtype)
 
 
 def bench_dequantize(mb: float = 16.0, repeat: int = 3,
@@ -63,7 +43,7 @@ def bench_dequantize(mb: float = 16.0, repeat: int = 3,
         out_mb = n_rows * ROW_ELEMENTS * 4 / 1e6
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            gguf = _gguf_dequantizer(dtype)
+            gguf = gguf_kernel("dequantize", dtype)
             byte_rows = data.reshape(n_rows, -1)
             apr_s, gguf_s = _best_seconds(
                 [lambda: dequantize(data, dtype, shape),

@@ -9,32 +9,16 @@ K-quants show "-" for it (their peer is ggml's C, which is not a numpy peer).
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from apr_core import dtypes
 from apr_core.quant import quantize, supported_types
 from bench.bench_timing import best_seconds as _best_seconds
+from bench.gguf_peer import gguf_kernel
 
 ROW_ELEMENTS = 4096  # a whole number of blocks for every block size (1, 32, 256)
-
-
-def _gguf_quantizer(dtype: dtypes.DType) -> Optional[Callable[[np.ndarray], np.ndarray]]:
-    """gguf-py's quantize for `dtype`, or None when gguf-py is absent or lacks the type."""
-    try:
-        from gguf import GGMLQuantizationType
-        from gguf.quants import quantize as gguf_quantize
-    except ImportError:
-        return None
-    if dtype.gguf_id is None:
-        return None
-    try:
-        qtype = GGMLQuantizationType(dtype.gguf_id)
-        gguf_quantize(np.zeros((1, dtype.block_size * 8), np.float32), qtype)
-    except (NotImplementedError, ValueError, TypeError, KeyError):
-        return None
-    return lambda rows: gguf_quantize(rows, qtype)
 
 
 def bench_quantize(mb: float = 16.0, repeat: int = 3,
@@ -49,7 +33,7 @@ def bench_quantize(mb: float = 16.0, repeat: int = 3,
         dtype = dtypes.by_name(name)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            gguf = _gguf_quantizer(dtype)
+            gguf = gguf_kernel("quantize", dtype)
             apr_s, gguf_s = _best_seconds(
                 [lambda: quantize(values, dtype),
                  None if gguf is None else lambda: gguf(values)], repeat)

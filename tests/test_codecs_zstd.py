@@ -100,6 +100,18 @@ def _set_declared_size(frame: bytes, size: int) -> bytes:
     return frame[:start] + value.to_bytes(width, "little") + frame[start + width:]
 
 
+def _refused_with_peak(frame, size, backend):
+    """`zstd.decompress(frame, size)` must raise AprError: (its ExceptionInfo, the peak
+    bytes traced while it ran)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(AprError) as exc:
+            zstd.decompress(frame, size, backend=backend)
+        return exc, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @needs_zstd
 @backend_param
 def test_zstd_declared_huge_size_refused_before_allocating(backend):
@@ -109,13 +121,7 @@ def test_zstd_declared_huge_size_refused_before_allocating(backend):
     frame = header + cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
     assert frame[4] >> 6 == 3   # an 8-byte content size field
     frame = _set_declared_size(frame, 1 << 45)
-    tracemalloc.start()
-    try:
-        with pytest.raises(AprError) as exc:
-            zstd.decompress(frame, 1024, backend=backend)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    exc, peak = _refused_with_peak(frame, 1024, backend=backend)
     assert _is_corrupt(exc)
     assert peak < 1 << 20
 
@@ -151,13 +157,7 @@ def test_zstd_declared_size_mismatch_refused_before_decoding(backend):
 def test_zstd_bomb_without_declared_size_is_capped(backend):
     frame = _bomb(256 << 20)   # 256 MiB of zeros in a few KiB
     assert len(frame) < 64 << 10
-    tracemalloc.start()
-    try:
-        with pytest.raises(AprError) as exc:
-            zstd.decompress(frame, 1000, backend=backend)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    exc, peak = _refused_with_peak(frame, 1000, backend=backend)
     assert _is_corrupt(exc)
     assert peak < 32 << 20, peak
 
@@ -171,13 +171,7 @@ def test_zstd_bomb_with_understated_size_is_capped(backend):
     chunk = bytes(1 << 20)
     frame = b"".join(cobj.compress(chunk) for _ in range(total >> 20)) + cobj.flush()
     frame = _set_declared_size(frame, 100000)   # lies: says 100 kB, holds 256 MiB
-    tracemalloc.start()
-    try:
-        with pytest.raises(AprError) as exc:
-            zstd.decompress(frame, 100000, backend=backend)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    exc, peak = _refused_with_peak(frame, 100000, backend=backend)
     assert _is_corrupt(exc)
     assert peak < 32 << 20, peak
 

@@ -9,16 +9,15 @@ count in RSS once touched, so this bounds "weights stay quantized" and "no copy 
 file": a full float32 copy would add 4x the file, a second copy of the file 1x.
 """
 import os
-import subprocess
 import sys
 
 import pytest
 
+from peak_rss import child_peak_rss_bytes
+
 pytest.importorskip("numba")
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = r"""
 import resource, sys
@@ -42,15 +41,8 @@ if len(sys.argv) > 1:
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
-LAUNCHER = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
-
-
 def peak_rss_bytes(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "native")]))
-    done = subprocess.run([sys.executable, "-c", LAUNCHER, sys.executable, "-c", CHILD]
-                          + list(args), capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
-    return int(done.stdout.split()[-1]) * 1024
+    return child_peak_rss_bytes(CHILD, *args)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is KiB on Linux")

@@ -7,15 +7,15 @@ and greedily generates 8 tokens. Each reports `ru_maxrss` (KiB on Linux) of itse
 
     peak_rss(model run) <= 1.5 * file_size + peak_rss(baseline)
 
-Linux carries a process's peak RSS across fork + exec (`ru_maxrss` of a child forked from
-this test process, which may hold other models, starts at this process's peak), so each
-child is started from a small launcher process: its `ru_maxrss` then counts only itself.
+Each child is started through `peak_rss.child_peak_rss_bytes`, whose launcher keeps this
+test process's own peak out of the child's `ru_maxrss`.
 """
 import os
-import subprocess
 import sys
 
 import pytest
+
+from peak_rss import child_peak_rss_bytes
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 
@@ -33,15 +33,8 @@ if len(sys.argv) > 1:
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
-LAUNCHER = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
-
-
 def peak_rss_bytes(*args):
-    done = subprocess.run([sys.executable, "-c", LAUNCHER, sys.executable, "-c", CHILD]
-                          + list(args), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    kib = int(done.stdout.split()[-1])
-    return kib * 1024
+    return child_peak_rss_bytes(CHILD, *args)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is KiB on Linux")
