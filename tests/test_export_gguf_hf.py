@@ -2,8 +2,9 @@
 GGUF is a llama.cpp model: llama.cpp loads it, tokenizes like the HF tokenizer, computes
 transformers' logits, and a Q4_K_M conversion equals llama_model_quantize's, byte for byte.
 
-Two real configurations with random weights and real tokenizers: LLaMA (Q/K rows permuted
-for llama.cpp's adjacent-pair RoPE, untied output head, LLaMA-3's tokenizer) and Qwen2
+Three real configurations with random weights and real tokenizers: LLaMA (Q/K rows permuted
+for llama.cpp's adjacent-pair RoPE, untied output head, LLaMA-3's tokenizer), LLaMA with
+LLaMA 3.1's RoPE scaling (which llama.cpp reads as a `rope_freqs` tensor) and Qwen2
 (NeoX RoPE, Q/K/V biases, tied embeddings, Qwen's tokenizer). The reference layout is
 also built independently of `apr_core.model.gguf_export`, from test_model_parity's name table
 and permutation, and compared tensor by tensor.
@@ -31,10 +32,18 @@ from test_model_parity import GGUF_NAMES, _permute_for_llama_cpp  # noqa: E402
 
 CACHE = os.environ.get("APR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "apr")
 PROMPT = "The quick brown fox jumps over 1234 lazy dogs. Qu'est-ce que c'est? 🦙"
-# family -> (transformers config class, model class, cached tokenizer, config overrides)
-FAMILIES = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM", "llama3", {"tie_word_embeddings": False}),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "qwen3",
+# LLaMA 3.1's RoPE scaling with an original context of 64 positions: most frequencies
+# are slowed 8x and a band is blended, so a missing or wrong rope_freqs shows in the logits.
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+# case -> (family, transformers config class, model class, cached tokenizer, overrides)
+CASES = {
+    "llama": ("llama", "LlamaConfig", "LlamaForCausalLM", "llama3",
+              {"tie_word_embeddings": False}),
+    "llama-3.1-rope": ("llama", "LlamaConfig", "LlamaForCausalLM", "llama3",
+                       {"tie_word_embeddings": True, "rope_theta": 500000.0,
+                        "rope_scaling": LLAMA3_SCALING}),
+    "qwen2": ("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "qwen3",
               {"tie_word_embeddings": True, "rope_theta": 1000000.0}),
 }
 
@@ -46,10 +55,10 @@ def _tokenizer_dir(name):
     return path
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
+@pytest.fixture(scope="module", params=sorted(CASES))
 def hf_model(request, tmp_path_factory):
     """(family, HF directory, transformers model) with d_model 256 so K-quants apply."""
-    config_cls, model_cls, tokenizer, overrides = FAMILIES[request.param]
+    family, config_cls, model_cls, tokenizer, overrides = CASES[request.param]
     tok_dir = _tokenizer_dir(tokenizer)
     with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as handle:
         vocab = json.load(handle)
@@ -69,7 +78,7 @@ def hf_model(request, tmp_path_factory):
     model.save_pretrained(str(path), safe_serialization=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok_dir, name), str(path / name))
-    return request.param, str(path), model
+    return family, str(path), model
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +115,19 @@ def test_tensors_match_an_independent_layout(hf_model, f32_gguf):
             expected["blk.{}.{}".format(index, GGUF_NAMES[rest])] = array
         else:
             expected[GGUF_NAMES[name]] = array
+    if _rope_params(config).get("rope_type") == "llama3":
+        expected["rope_freqs.weight"] = _llama3_rope_divisors(config)
     assert sorted(ours.tensors) == sorted(expected)
     for name, array in expected.items():
         info = ours.info(name)
         assert info.dtype.name == "F32" and tuple(info.shape) == array.shape, name
-        assert bytes(ours.read_raw(name).data) == array.tobytes(), name
+        got = np.frombuffer(ours.read_raw(name).data, "<f4").reshape(array.shape)
+        if name == "rope_freqs.weight":   # float64 here, float32 in llama.cpp's converter
+            np.testing.assert_allclose(got, array, rtol=1e-6)
+            assert (array == 1).any() and (array == 8).any() and (  # every band is present
+                (array > 1) & (array < 8)).any(), array
+        else:
+            assert got.tobytes() == array.tobytes(), name
     kv = gguf_kv_block(ours)["kv"]
     arch = kv["general.architecture"]
     assert arch == family
@@ -119,6 +136,38 @@ def test_tensors_match_an_independent_layout(hf_model, f32_gguf):
     assert len(kv["tokenizer.ggml.tokens"]) == config.vocab_size
     assert kv["tokenizer.ggml.pre"] == {"llama": "llama3", "qwen2": "qwen2"}[family]
     ours.close()
+
+
+def _rope_params(config):
+    """RoPE settings of a transformers config: `rope_parameters` (v5, theta included) or
+    `rope_scaling` + `rope_theta` (v4)."""
+    params = dict(getattr(config, "rope_parameters", None) or config.rope_scaling or {})
+    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return params
+
+
+def _llama3_rope_divisors(config):
+    """llama.cpp's converter's `rope_freqs` for LLaMA 3.1 scaling (per frequency: 1 for
+    short wavelengths, `factor` for long ones, a blend between), computed as it does."""
+    scaling = _rope_params(config)
+    head_dim = config.hidden_size // config.num_attention_heads
+    freqs = 1.0 / (scaling["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32)
+                                             / head_dim))
+    old_ctx = scaling["original_max_position_embeddings"]
+    low_wavelen = old_ctx / scaling["low_freq_factor"]
+    high_wavelen = old_ctx / scaling["high_freq_factor"]
+    divisors = []
+    for freq in freqs:
+        wavelen = 2 * np.pi / freq
+        if wavelen < high_wavelen:
+            divisors.append(1.0)
+        elif wavelen > low_wavelen:
+            divisors.append(scaling["factor"])
+        else:
+            smooth = (old_ctx / wavelen - scaling["low_freq_factor"]) / (
+                scaling["high_freq_factor"] - scaling["low_freq_factor"])
+            divisors.append(1 / ((1 - smooth) / scaling["factor"] + smooth))
+    return np.array(divisors, np.float32)
 
 
 def test_llama_cpp_tokenizes_like_the_hf_tokenizer(hf_model, f32_gguf):
@@ -206,9 +255,9 @@ def test_apr_keeps_the_directory_and_exports_the_same_gguf(hf_model, f32_gguf, t
 
 
 def test_sentencepiece_style_tokenizer_is_refused(hf_model, tmp_path):
-    family, directory, _ = hf_model
-    if family != "llama":
-        pytest.skip("one family is enough")
+    family, directory, model = hf_model
+    if family != "llama" or _rope_params(model.config).get("rope_type") == "llama3":
+        pytest.skip("one case is enough")
     copy = tmp_path / "spm"
     shutil.copytree(directory, str(copy))
     llama2 = _tokenizer_dir("llama2")

@@ -8,7 +8,9 @@ code path here:
   family's GGUFs rotate adjacent pairs ("interleaved", LLaMA/Mistral), the rows of Q and K
   (and their biases) are permuted head by head, as llama.cpp's converter does;
 - the norm-weight offset per source (HF Gemma stores w, GGUF stores w + 1);
-- `hf_transposed` roles (GPT-2's Conv1D weights are stored [in, out]) are transposed.
+- `hf_transposed` roles (GPT-2's Conv1D weights are stored [in, out]) are transposed;
+- LLaMA 3.1 RoPE scaling, which llama.cpp reads as per-frequency divisors, becomes the
+  contract's `rope_freqs` tensor.
 
 Hyperparameters are written from the checked `ModelConfig` under the GGUF key suffixes of
 `config.GGUF_KEYS`; the tokenizer keys come from `text.gguf_vocab`. 1-D tensors are stored
@@ -30,6 +32,9 @@ HPARAM_TYPES = (("max_ctx", "u32"), ("d_model", "u32"), ("n_layers", "u32"), ("d
 NORM_EPS_KEYS = {"rms": "attention.layer_norm_rms_epsilon", "layer": "attention.layer_norm_epsilon"}
 # Roles whose rows are RoPE-rotated, and the head count that splits them.
 ROTATED_ROLES = {"q": "n_heads", "k": "n_kv_heads", "q_bias": "n_heads", "k_bias": "n_kv_heads"}
+# RoPE scalings llama.cpp reads as a `rope_freqs` tensor of per-frequency divisors, not
+# as keys (LLaMA 3.1's wavelength-dependent scaling).
+SCALING_AS_TENSOR = ("llama3",)
 # HF tensors that are buffers, not weights (llama.cpp's converter skips them too).
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
 
@@ -64,7 +69,7 @@ def hparam_kv(config: ModelConfig, arch: str) -> Tuple[Dict[str, Any], Dict[str,
         if scaling.kind == "linear":
             put("rope.scaling.type", "linear", "str")
             put("rope.scaling.factor", float(scaling.factor), "f32")
-        elif scaling.kind != "none":
+        elif scaling.kind not in SCALING_AS_TENSOR + ("none",):
             raise AprError(ErrorCode.UNSUPPORTED, "GGUF export of this RoPE scaling is not "
                            "supported", rope_scaling=scaling.kind)
     if config.sliding_window:
@@ -132,6 +137,23 @@ def _gguf_tensor(tensor: LazyTensor, gguf_name: str, role: str, transposed: bool
     return moved
 
 
+def _rope_freqs(config: ModelConfig, family: Family) -> LazyTensor:
+    """`rope_freqs.weight [rope_dim / 2]` F32: unscaled / scaled frequency per rotated pair,
+    the divisors llama.cpp applies (what its converter computes for LLaMA 3.1)."""
+    from .config import RopeScaling
+    from .layers import rope_inv_freq
+    spec = {s.role: s for s in family.specs()}.get("rope_freqs")
+    name = spec.names.get("gguf") if spec is not None else None
+    if name is None:
+        raise AprError(ErrorCode.UNSUPPORTED, "the family contract has no GGUF rope_freqs "
+                       "tensor for this RoPE scaling", family=family.name,
+                       rope_scaling=config.rope_scaling.kind)
+    plain = rope_inv_freq(config.rope_dim, config.rope_theta, RopeScaling())
+    scaled = rope_inv_freq(config.rope_dim, config.rope_theta, config.rope_scaling)
+    divisors = (plain / scaled).astype("<f4")                             # [rope_dim / 2]
+    return LazyTensor(name, dtypes.BY_NAME["F32"], divisors.shape, divisors.tobytes)
+
+
 def hf_to_gguf(tensors: List[LazyTensor], meta: Dict[str, Any]) -> List[LazyTensor]:
     """Tensors of a HF model (with `meta["hf_config"]`, and `meta["hf_tokenizer"]` for a
     runnable file) renamed and laid out for llama.cpp, in llama.cpp's order. Records the
@@ -164,6 +186,9 @@ def hf_to_gguf(tensors: List[LazyTensor], meta: Dict[str, Any]) -> List[LazyTens
         key = (0 if role == "embedding" else 1 if layer >= 0 else 2, layer, rank)
         ordered.append((key, _gguf_tensor(by_name[found.name], gguf_name, role,
                                           found.transposed, config, family)))
+    if config.positions == "rope" and config.rope_scaling.kind in SCALING_AS_TENSOR:
+        freqs = _rope_freqs(config, family)          # refuses a family without the role
+        ordered.append(((2, -1, list(specs).index("rope_freqs")), freqs))
     lm_head = specs.get("lm_head")
     for name in by_name:
         ignorable = name.endswith(IGNORED_SUFFIXES) or (
