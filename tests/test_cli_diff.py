@@ -150,3 +150,24 @@ def test_gguf_quantized_vs_f32_reports_quantization_drift(tmp_path):
     row = report["tensors"][0]
     assert (row["dtype_a"], row["dtype_b"], row["status"]) == ("F32", "Q8_0", "DRIFT")
     assert row["max_delta"] == pytest.approx(float(np.abs(back - w).max()), rel=1e-6)
+
+
+@pytest.mark.parametrize("family,extra", [("llama", {}), ("qwen2", {}),
+                                          ("gemma3", {"hidden_activation": "gelu_pytorch_tanh"}),
+                                          ("gpt2", {"hidden_act": "gelu_new"})])
+def test_hf_directory_vs_its_gguf_export_is_identical(tmp_path, family, extra):
+    """llama.cpp's layout (LLaMA's permuted Q/K rows, Gemma's norm offset, GPT-2's
+    transposed Conv1D weights) is undone by laying the HF side out the same way."""
+    from apr_core.formats.convert import convert
+    from synthetic_models import write_hf_model
+    hf = tmp_path / "hf"
+    write_hf_model(hf, family, **extra)
+    gguf = str(tmp_path / "model.gguf")
+    convert(str(hf), gguf)
+    for a, b in ((str(hf), gguf), (gguf, str(hf))):
+        code, report = apr_json("diff", a, b, "--tensor-mapping")
+        assert code == 0 and report["changed"] == 0, [
+            r["a"] for r in report["tensors"] if r["status"] != "MATCH"]
+        assert report["similarity"] == 100.0 and not report["only_in_a"] + report["only_in_b"]
+        names = {r["a"] for r in report["tensors"]} | {r["b"] for r in report["tensors"]}
+        assert "model.layers.0.self_attn.q_proj.weight" in names or family == "gpt2"

@@ -4,13 +4,16 @@ Similarity is the element-weighted mean cosine similarity over the union of tens
 (a tensor missing on one side, or with another shape, counts 0), so `diff a a` is exactly
 100 %. Per tensor: max |delta|, L2 distance, relative drift ||a - b|| / ||a||; MATCH when
 max |delta| < 1e-6, else DRIFT. `--tensor-mapping` pairs names across conventions (GGUF
-vs HF, "auto") or through a JSON file, for the APR vs SafeTensors drift report.
+vs HF, "auto") or through a JSON file, for the APR vs SafeTensors drift report. A HF
+directory against a GGUF of the same model compares the HF side laid out as llama.cpp's
+converter lays it out (permuted Q/K rows, norm offsets, transposed Conv1D weights), so an
+exact conversion reports 100 %.
 """
 from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from apr_core import stats as st
 from apr_core.formats.open import open_model
@@ -59,8 +62,16 @@ def compare_models(a: ModelFile, b: ModelFile, mapping: Optional[str] = None,
     from . import tensor_map   # the name tables load only when a diff runs
     tensors_a = {t.name: t for t in st.logical_tensors(a)}
     tensors_b = {t.name: t for t in st.logical_tensors(b)}
+    meta_a, meta_b = model_info.metadata(a, sources[0]), model_info.metadata(b, sources[1])
     pairs, only_a, only_b = tensor_map.pair_names(list(tensors_a), list(tensors_b), mapping)
-    rows = [compare_tensor(tensors_a[x], tensors_b[y]) for x, y in progress(pairs, "comparing")]
+    # the HF side's tensors as compared, by HF name (GGUF vs HF of the same model only)
+    relaid = _llama_cpp_layout(pairs, tensors_a, meta_a, tensors_b, meta_b) \
+        if mapping == "auto" else ({}, {})
+    rows = []
+    for x, y in progress(pairs, "comparing"):
+        row = compare_tensor(relaid[0].get(x, tensors_a[x]), relaid[1].get(y, tensors_b[y]))
+        rows.append(dict(row, a=x, b=y, dtype_a=tensors_a[x].dtype.name,
+                         dtype_b=tensors_b[y].dtype.name))
     weight = sum(r["elements"] * max(r["cosine"], 0.0) for r in rows)
     union = sum(_elements(tensors_a[n]) for n in only_a) + \
         sum(_elements(tensors_b[n]) for n in only_b) + \
@@ -76,8 +87,39 @@ def compare_models(a: ModelFile, b: ModelFile, mapping: Optional[str] = None,
             "max_delta": max(deltas) if deltas else 0.0,
             "l2": math.sqrt(sum(x * x for x in l2s)),
             "only_in_a": only_a, "only_in_b": only_b, "tensors": rows,
-            "vocab": vocab_changes(model_info.metadata(a, sources[0]),
-                                   model_info.metadata(b, sources[1]))}
+            "vocab": vocab_changes(meta_a, meta_b)}
+
+
+def _llama_cpp_layout(pairs: List[Tuple[str, str]], tensors_a: Dict[str, Any],
+                      meta_a: Dict[str, Any], tensors_b: Dict[str, Any],
+                      meta_b: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """For a GGUF-named and a HF-named side of one model: ({A name: tensor}, {B name:
+    tensor}) holding the HF side's tensors laid out as llama.cpp's converter lays them out
+    (Q/K rows permuted for LLaMA, norms offset for Gemma, Conv1D weights transposed for
+    GPT-2), by the GGUF exporter from the HF side's config.json. Empty when the sides are
+    not GGUF vs HF, the HF side has no config.json, or its family has no GGUF layout."""
+    from apr_core.errors import AprError
+    from apr_core.model.gguf_export import hf_to_gguf
+    from apr_core.name_maps import detect
+    none: Tuple[Dict[str, Any], Dict[str, Any]] = ({}, {})
+    schemes = [(detect(list(t)) or (None, None))[1] for t in (tensors_a, tensors_b)]
+    if sorted(schemes, key=str) != ["gguf", "hf"]:
+        return none
+    hf_side = schemes.index("hf")
+    hf_tensors, hf_meta = [(tensors_a, meta_a), (tensors_b, meta_b)][hf_side]
+    if not isinstance(hf_meta.get("hf_config"), dict):
+        return none
+    try:
+        by_gguf = {t.name: t for t in hf_to_gguf(list(hf_tensors.values()),
+                                                 {"hf_config": hf_meta["hf_config"]})}
+    except AprError:
+        return none
+    out: Tuple[Dict[str, Any], Dict[str, Any]] = ({}, {})
+    for x, y in pairs:
+        hf_name, gguf_name = (x, y) if hf_side == 0 else (y, x)
+        if gguf_name in by_gguf:
+            out[hf_side][hf_name] = by_gguf[gguf_name]
+    return out
 
 
 def _elements(tensor: Any) -> int:
