@@ -15,6 +15,7 @@ dropped mid-body); it is empty in normal use.
 """
 from __future__ import annotations
 
+import email.utils
 import os
 import posixpath
 import re
@@ -137,6 +138,14 @@ class StaticServer:
         return None
 
 
+def validators(path: str) -> Dict[str, str]:
+    """ETag and Last-Modified of a file, as static servers and CDNs send them: the page's
+    cache of a single-file model keeps it only while these stay the same."""
+    stat = os.stat(path)
+    return {"ETag": '"{:x}-{:x}"'.format(stat.st_size, stat.st_mtime_ns),
+            "Last-Modified": email.utils.formatdate(stat.st_mtime, usegmt=True)}
+
+
 def _handler_for(server: StaticServer) -> type:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -188,7 +197,9 @@ def _handler_for(server: StaticServer) -> type:
             status = 206 if span else 200
             server._log(path, rng, status)
             ctype = MIME.get(os.path.splitext(full)[1].lower(), "application/octet-stream")
-            extra = {"Content-Range": "bytes {}-{}/{}".format(start, end, size)} if span else {}
+            extra = validators(full)
+            if span:
+                extra["Content-Range"] = "bytes {}-{}/{}".format(start, end, size)
             self._headers(status, end - start + 1, ctype, extra)
             if body and size:
                 self._send_body(full, path, start, end)

@@ -3,7 +3,7 @@
 Every format is parsed here, by `apr_core`; the JavaScript side only moves bytes. It exposes
 `aprHost` (see web/src/worker.js) with:
 
-    size(url) -> Promise<int>                      total bytes at a URL
+    head(url) -> Promise<str>                      JSON {size, validator (ETag/Last-Modified)}
     fetchRange(url, offset, length) -> Promise<Uint8Array>
     fetchFile(url, size) -> Promise<Uint8Array>    a whole file, progress reported to the page
     ensureShard(spec_json) -> Promise<bool>        download + verify + commit into IndexedDB
@@ -26,8 +26,8 @@ import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's 
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.formats.apr2 import read_apr2
-from apr_core.formats.apr2_layout import FOOTER_SIZE
-from apr_core.formats.flags import SIGNED, flag_names
+from apr_core.formats.apr2_layout import FOOTER_SIZE, HEADER, HEADER_SIZE
+from apr_core.formats.flags import SHARDED, SIGNED, flag_names
 from apr_core.formats.open import open_model
 from apr_core.formats.shards import read_sharded
 from apr_core.io import NeedBytes, SparseSource
@@ -39,6 +39,15 @@ LIST_PREVIEW = 16  # metadata arrays longer than this are summarised for display
 
 _models: Dict[str, Any] = {}
 _state: Dict[str, Any] = {}
+
+
+def _to_js(data: bytes) -> Any:
+    """Python bytes as a JS Uint8Array (Pyodide 0.17 and later alike)."""
+    try:
+        from pyodide.ffi import to_js  # type: ignore[import-not-found]  # Pyodide >= 0.21
+    except ImportError:
+        from pyodide import to_js  # type: ignore[import-not-found]  # Pyodide 0.17
+    return to_js(data)
 
 
 def _bytes(value: Any) -> bytes:
@@ -96,7 +105,10 @@ async def drive(parse: Callable[[], Any], max_rounds: int = 100000) -> Any:
 
 
 async def _url_source(url: str) -> RemoteSource:
-    size = int(await js.aprHost.size(url))
+    head = json.loads(await js.aprHost.head(url))
+    size, validator = int(head["size"]), str(head.get("validator") or "")
+    if validator:
+        return CachedFileSource(url, size, validator)
 
     async def fetch(offset: int, length: int) -> bytes:
         return _bytes(await js.aprHost.fetchRange(url, offset, length))
@@ -104,6 +116,57 @@ async def _url_source(url: str) -> RemoteSource:
     async def fetch_all() -> bytes:
         return _bytes(await js.aprHost.fetchFile(url, size))
     return RemoteSource(size, url, fetch, fetch_all)
+
+
+class CachedFileSource(RemoteSource):
+    """A single model file, cached whole in IndexedDB by its first full read, under a key of
+    its URL, size and HTTP validator (a new version on the server is a new key). Range reads
+    (describing a model) go to the network until the file is cached, then to the cache: no
+    range read downloads the whole file. With `cache_whole = False` a whole read not yet
+    cached goes to the network uncached; `store()` then keeps it (unless it turns out to be
+    a shard manifest, which is re-read on every open to notice a new model version)."""
+
+    def __init__(self, url: str, size: int, validator: str) -> None:
+        super().__init__(size, url, self._fetch_range, self._fetch_whole)
+        self.url = url
+        self.key = hashlib.sha256("\n".join(("file", url, str(size), validator)).encode()
+                                  ).hexdigest()
+        self.spec = {"url": url, "sha256": self.key, "size": size, "verify": False,
+                     "name": url.rsplit("/", 1)[-1] or url, "model": url, "index": 0,
+                     "count": 1, "before": 0, "keep": [self.key], "modelSize": size}
+        self.cache_whole = True
+        self._cached: Optional[bool] = None
+
+    async def _in_cache(self) -> bool:
+        if self._cached is None:   # asked once: nothing is downloaded by asking
+            probe = json.dumps(dict(self.spec, onlyIfCached=True))
+            self._cached = bool(await js.aprHost.ensureShard(probe))
+        return self._cached
+
+    async def _fetch_range(self, offset: int, length: int) -> bytes:
+        if await self._in_cache():
+            return _bytes(await js.aprHost.readShard(self.key, offset, length))
+        return _bytes(await js.aprHost.fetchRange(self.url, offset, length))
+
+    async def _fetch_whole(self) -> bytes:
+        if not self.cache_whole and not await self._in_cache():
+            return _bytes(await js.aprHost.fetchFile(self.url, self.size))
+        if not self._cached:
+            await js.aprHost.ensureShard(json.dumps(self.spec))
+            self._cached = True
+        return _bytes(await js.aprHost.readShard(self.key, 0, self.size))
+
+    async def store(self) -> None:
+        """Commit the whole file, already held in memory, to the cache."""
+        if not self._cached:
+            await js.aprHost.storeFile(json.dumps(self.spec), _to_js(self.read(0, self.size)))
+            self._cached = True
+
+
+def _is_manifest(header: bytes) -> bool:
+    """An APR v2 header with the SHARDED flag."""
+    return len(header) >= HEADER_SIZE and header[:4] == b"APR2" and bool(
+        HEADER.unpack(header[:HEADER_SIZE])[3] & SHARDED)
 
 
 def _shard_source(url: str, entry: Dict[str, Any], number: int, entries: List[Any]) -> RemoteSource:
@@ -149,7 +212,12 @@ async def _open(url: str, options: Optional[Dict[str, Any]] = None) -> Any:
     head = None
     signature = None
     if source.size <= MANIFEST_LIMIT:
+        cached_file = isinstance(source, CachedFileSource)
+        if cached_file:
+            source.cache_whole = False   # what the file is decides whether it is kept
         await source.fill_all()
+        if cached_file and not _is_manifest(source.read(0, min(HEADER_SIZE, source.size))):
+            await source.store()
         if source.read(0, min(4, source.size)) == b"APR2":
             head = read_apr2(source, verify=True)  # a manifest's CRC is checked in full
             if head.flags & SIGNED or trusted_key is not None:

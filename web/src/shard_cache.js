@@ -7,6 +7,11 @@
  * checks is it marked complete. A shard that fails either check is deleted, chunks and all.
  * Least-recently-used complete shards are evicted to stay within `maxBytes` and the
  * browser's quota; when that is not enough the caller gets a `quota` error.
+ *
+ * A single-file model (a GGUF, say) has no manifest to give its sha256: it is cached under a
+ * key made from its URL, size and HTTP validator (ETag or Last-Modified) with `verify: false`,
+ * so a changed file on the server is a new key, and only the exact-length checks of the
+ * transport guard what is stored (as in the browser's own HTTP cache).
  */
 import { crc32, crcHex } from "./crc32.js";
 import { ShellError, codes } from "./errors.js";
@@ -142,7 +147,9 @@ export class ShardCache {
 
   /**
    * Make sure the shard described by `spec` is cached and verified; download what is missing.
-   * `spec`: {url, sha256, size, crc32 (8 hex digits), crcSpan (bytes the CRC covers), name, model}.
+   * `spec`: {url, sha256, size, crc32 (8 hex digits), crcSpan (bytes the CRC covers), name,
+   * model}, or for a single file {url, sha256 (its cache key), size, verify: false, name, model}.
+   * With `onlyIfCached` nothing is downloaded: `{missing: true}` when not cached.
    * `onProgress(stored, size, fromCache)`. Resolves to `{fromCache, downloaded}`.
    */
   async ensure(spec, { onProgress = () => {}, signal, keep = new Set() } = {}) {
@@ -153,11 +160,9 @@ export class ShardCache {
       onProgress(record.size, record.size, true);
       return { fromCache: true, downloaded: 0 };
     }
+    if (spec.onlyIfCached) return { fromCache: false, downloaded: 0, missing: true };
     if (!record || record.size !== spec.size || record.chunkSize !== this.chunkSize) {
-      if (record) await this.remove(spec.sha256);
-      record = { sha256: spec.sha256, size: spec.size, chunkSize: this.chunkSize, stored: 0,
-        complete: false, name: spec.name, model: spec.model, url: spec.url, lastUsed: Date.now() };
-      await this._putRecord(record);
+      record = await this._freshRecord(spec, record);
     }
     try {
       await this.makeRoom(spec.size - record.stored, new Set([...keep, spec.sha256]));
@@ -169,6 +174,30 @@ export class ShardCache {
     const downloaded = await this._download(spec, record, onProgress, signal);
     await this._verifyAndCommit(spec, record);
     return { fromCache: false, downloaded };
+  }
+
+  /**
+   * Commit `bytes`, a whole file the caller already holds (read whole to learn what it is),
+   * under `spec` (as for `ensure`), checked the same way.
+   */
+  async put(spec, bytes, { keep = new Set() } = {}) {
+    const old = await this._record(spec.sha256);
+    if (old && old.complete && old.size === spec.size) return;
+    const record = await this._freshRecord(spec, old);
+    await this.makeRoom(spec.size, new Set([...keep, spec.sha256]));
+    for (let at = 0; at < bytes.length; at += this.chunkSize) {
+      // A copy, not a view: IndexedDB would store a view's whole underlying buffer.
+      await this._storeChunk(record, bytes.slice(at, at + this.chunkSize));
+    }
+    await this._verifyAndCommit(spec, record);
+  }
+
+  async _freshRecord(spec, old) {
+    if (old) await this.remove(spec.sha256);
+    const record = { sha256: spec.sha256, size: spec.size, chunkSize: this.chunkSize, stored: 0,
+      complete: false, name: spec.name, model: spec.model, url: spec.url, lastUsed: Date.now() };
+    await this._putRecord(record);
+    return record;
   }
 
   async _download(spec, record, onProgress, signal) {
@@ -215,6 +244,13 @@ export class ShardCache {
   }
 
   async _verifyAndCommit(spec, record) {
+    if (spec.verify !== false) await this._verify(spec);
+    record.complete = true;
+    record.lastUsed = Date.now();
+    await this._putRecord(record);
+  }
+
+  async _verify(spec) {
     const whole = await this._assemble(spec.sha256, 0, spec.size, false);
     const sha = hex(await crypto.subtle.digest("SHA-256", whole));
     const crc = crcHex(crc32(whole.subarray(0, spec.crcSpan)));
@@ -224,9 +260,6 @@ export class ShardCache {
       throw new ShellError(codes.CHECKSUM, `shard ${spec.name} failed its ${which} check: the ` +
         "server sent corrupt data, nothing was cached", { shard: spec.name, expected: spec.sha256, got: sha });
     }
-    record.complete = true;
-    record.lastUsed = Date.now();
-    await this._putRecord(record);
   }
 
   async _chunk(sha256, index) {

@@ -23,19 +23,29 @@ function checkStatus(response, url, start, end) {
     { url, status: response.status });
 }
 
-/** Total size of `url` in bytes: HEAD, or a one-byte Range request where HEAD is refused. */
-export async function urlSize(url) {
+/** What identifies a version of the file a response came from: ETag, else Last-Modified. */
+const validatorOf = (response) =>
+  response.headers.get("ETag") || response.headers.get("Last-Modified") || "";
+
+/**
+ * Size of `url` in bytes and its validator (ETag, else Last-Modified; "" when the server
+ * sends neither): HEAD, or a one-byte Range request where HEAD is refused.
+ */
+export async function urlHead(url) {
   const head = await fetch(url, { method: "HEAD", cache: "no-store" }).catch(() => null);
   if (head && head.ok && head.headers.get("Content-Length") !== null) {
-    return Number(head.headers.get("Content-Length"));
+    return { size: Number(head.headers.get("Content-Length")), validator: validatorOf(head) };
   }
   const response = await fetch(url, { headers: { Range: "bytes=0-0" }, cache: "no-store" });
   const total = /\/(\d+)$/.exec(response.headers.get("Content-Range") || "");
   if (response.body) await response.body.cancel();
-  if (response.status === 206 && total) return Number(total[1]);
+  if (response.status === 206 && total) return { size: Number(total[1]), validator: validatorOf(response) };
   throw new ShellError(codes.NETWORK, `cannot size ${url} (HTTP ${response.status})`,
     { url, status: response.status });
 }
+
+/** Total size of `url` in bytes. */
+export const urlSize = async (url) => (await urlHead(url)).size;
 
 /**
  * Stream `url` from byte `start` to `end` (inclusive; null = end of file), calling

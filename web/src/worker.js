@@ -7,7 +7,7 @@ import { bootPyodide } from "./boot.js";
 import { ShellError, codes, toPlainError } from "./errors.js";
 import { ShardCache } from "./shard_cache.js";
 import { SimdMatmul } from "./simd_kernel.js";
-import { fetchFile, fetchRange, urlSize } from "./transport.js";
+import { fetchFile, fetchRange, urlHead } from "./transport.js";
 import { webCrypto } from "./webcrypto.js";
 
 let runtime = null;
@@ -29,7 +29,7 @@ const guarded = (fn) => async (...args) => {
 
 self.aprCrypto = webCrypto;
 self.aprHost = {
-  size: guarded((url) => urlSize(url)),
+  head: guarded(async (url) => JSON.stringify(await urlHead(url))),
   fetchRange: guarded((url, offset, length) => fetchRange(url, offset, length)),
   fetchFile: guarded((url, size) => fetchFile(url, (loaded, total) =>
     emit("progress", { url, loaded, total, phase: "download" }), { size })),
@@ -40,10 +40,14 @@ self.aprHost = {
       shardLoaded: stored, shardTotal: size, loaded: spec.before + stored, total: spec.modelSize,
       fromCache, phase: fromCache ? "cache" : "download" });
     const result = await cache.ensure(spec, { onProgress: progress, keep: new Set(spec.keep || []) });
-    emit("shard", { name: spec.name, sha256: spec.sha256, ...result });
+    if (!result.missing) emit("shard", { name: spec.name, sha256: spec.sha256, ...result });
     return result.fromCache;
   }),
   readShard: guarded((sha256, offset, length) => cache.read(sha256, offset, length)),
+  storeFile: guarded((specJson, bytes) => {
+    const spec = JSON.parse(specJson);
+    return cache.put(spec, bytes, { keep: new Set(spec.keep || []) });
+  }),
   emit: (event, json) => emit(event, JSON.parse(json)),
 };
 
