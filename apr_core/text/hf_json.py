@@ -168,6 +168,14 @@ def _token_name(value: Any) -> Optional[str]:
 MAX_ID_HOLES = 1 << 16
 
 
+def _token_id(value: Any, token: Any) -> int:
+    """A token id as tokenizer.json writes it: a non-negative JSON integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AprError(ErrorCode.FORMAT, "tokenizer.json token id is not a non-negative "
+                       "integer", token=repr(token)[:40], id=repr(value)[:40])
+    return value
+
+
 def hf_settings(data: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
     """Keyword arguments for `BPETokenizer(...)` from tokenizer.json + tokenizer_config."""
     model = data.get("model") or {}
@@ -175,8 +183,14 @@ def hf_settings(data: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(vocab, dict):
         raise AprError(ErrorCode.FORMAT, "tokenizer.json model has no vocab object")
     added = [t for t in data.get("added_tokens") or [] if isinstance(t, dict)]
-    size = 1 + max([int(i) for i in vocab.values()] + [int(t.get("id", -1)) for t in added]
-                   + [-1])
+    # Every component is understood (or refused) before the token tables are allocated,
+    # so a small file that is refused never costs a vocabulary's memory first.
+    pre = _pre_tokenizer(data.get("pre_tokenizer"))
+    unescape, strip_first = _decoder_unescapes(data.get("decoder"))
+    normalize = _normalizer(data.get("normalizer"))
+    vocab = {text: _token_id(index, text) for text, index in vocab.items()}
+    added_ids = [_token_id(t.get("id"), t.get("content")) for t in added]
+    size = 1 + max(list(vocab.values()) + added_ids + [-1])
     # Real vocabularies have few holes in their id space (GPT-4o: 14); a tiny file naming
     # id 16M must not make this allocate a 16M-entry table.
     if size > len(vocab) + len(added) + MAX_ID_HOLES:
@@ -186,11 +200,11 @@ def hf_settings(data: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
     byte_fallback = bool(model.get("byte_fallback"))
     attrs = [ATTR_NORMAL] * size
     for text, index in vocab.items():
-        tokens[int(index)] = text
+        tokens[index] = text
         if byte_fallback and _BYTE_TOKEN.match(text):
-            attrs[int(index)] = ATTR_BYTE
-    for token in added:
-        index, text = int(token["id"]), token.get("content", "")
+            attrs[index] = ATTR_BYTE
+    for token, index in zip(added, added_ids):
+        text = token.get("content", "")
         tokens[index] = text
         attr = ATTR_CONTROL if token.get("special") else ATTR_USER_DEFINED
         if token.get("lstrip"):
@@ -203,10 +217,6 @@ def hf_settings(data: Dict[str, Any], config: Dict[str, Any]) -> Dict[str, Any]:
             tokens[index] = "[PAD{}]".format(index)
             attrs[index] = ATTR_UNUSED
     ids = {t: i for i, t in enumerate(tokens)}
-
-    pre = _pre_tokenizer(data.get("pre_tokenizer"))
-    unescape, strip_first = _decoder_unescapes(data.get("decoder"))
-    normalize = _normalizer(data.get("normalizer"))
     norm_types = [n.get("type") for n in _items(data.get("normalizer"), "normalizers")]
     if "Prepend" in norm_types and unescape:
         strip_first = True
