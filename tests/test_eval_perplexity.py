@@ -1,0 +1,138 @@
+"""`apr eval`: perplexity as llama.cpp's llama-perplexity computes it, checked against
+llama.cpp's own logits for the same chunks (real SmolLM2-135M Q4_1), plus the scheme on a
+hand-made case and the command's gates and errors."""
+import json
+import math
+import this
+
+import numpy as np
+import pytest
+
+from apr_core.errors import AprError, ErrorCode
+from apr_core.perplexity import perplexity, token_nll
+from cli_util import apr, apr_json
+
+ZEN = "".join(this.d.get(c, c) for c in this.s)
+N_CTX = 32
+
+
+@pytest.fixture(scope="module")
+def zen_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("eval") / "zen.txt"
+    path.write_text(ZEN * 2, encoding="utf-8")
+    return str(path)
+
+
+def _reference_nll(logits, targets):
+    """log-softmax the plain way (float64), independent of apr_core.perplexity."""
+    out = []
+    for row, target in zip(np.asarray(logits, np.float64), targets):
+        out.append(math.log(np.exp(row - row.max()).sum()) + row.max() - row[target])
+    return np.array(out)
+
+
+class _Recorder:
+    """A stand-in transformer whose logits are fixed numbers: checks the chunking alone."""
+
+    def __init__(self, n_vocab):
+        self.seen = []
+        self.rng = np.random.RandomState(0)
+        self.n_vocab = n_vocab
+        outer = self
+
+        class Head:
+            def matmul(self, hidden):
+                return hidden[:, :outer.n_vocab]
+        self.lm_head = Head()
+
+    def new_cache(self, n):
+        return None
+
+    def hidden_states(self, ids, cache):
+        self.seen.append(list(ids))
+        return self.rng.standard_normal((len(ids), self.n_vocab)).astype(np.float32)
+
+
+def test_scores_the_second_half_of_each_chunk_with_bos_first():
+    ids = list(range(1, 11)) * 3                       # 30 tokens: 3 chunks of 8, 6 left over
+    model = _Recorder(n_vocab=16)
+    result = perplexity(model, ids, 8, bos_id=0)
+    assert result["chunks"] == 3 and result["tokens_scored"] == 3 * 3
+    assert [chunk[0] for chunk in model.seen] == [0, 0, 0]      # BOS replaces each first token
+    assert [chunk[1:] for chunk in model.seen] == [ids[1:8], ids[9:16], ids[17:24]]
+    model.rng = np.random.RandomState(0)                       # the same logits again
+    want = []
+    for chunk in range(3):
+        logits = model.rng.standard_normal((8, 16)).astype(np.float32)
+        want.extend(_reference_nll(logits[4:7], ids[chunk * 8 + 5:chunk * 8 + 8]))
+    assert result["nll"] == pytest.approx(np.mean(want), rel=1e-12)
+    assert result["ppl"] == pytest.approx(math.exp(np.mean(want)), rel=1e-12)
+
+
+def test_token_nll_matches_the_plain_formula():
+    logits = np.random.RandomState(1).standard_normal((5, 1000)).astype(np.float32) * 30
+    targets = np.array([0, 999, 5, 17, 500])
+    np.testing.assert_allclose(token_nll(logits, targets), _reference_nll(logits, targets),
+                               rtol=1e-12)
+
+
+def test_too_short_a_text_is_refused():
+    with pytest.raises(AprError) as err:
+        perplexity(_Recorder(16), list(range(15)), 8)
+    assert err.value.code == ErrorCode.ARGUMENT
+
+
+@pytest.mark.real_model
+@pytest.mark.oracle
+def test_perplexity_matches_llama_cpp_on_smollm2(smollm2_gguf, zen_file):
+    """Same tokens, same chunks, same scored positions as llama.cpp; each token's NLL
+    differs from the one llama.cpp's logits give by at most twice the largest logit
+    difference of its row (log-softmax moves no more than that), and the CLI reports
+    exactly what the function computes."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from apr_core.pipeline import TextModel
+    model = TextModel.load(smollm2_gguf, dequantize_at_load=True)
+    tokenizer = model.tokenizer
+    ids = tokenizer.encode(ZEN * 2, add_special=True, parse_special=False)
+    code, cli = apr_json("eval", smollm2_gguf, "--dataset", zen_file, "--ctx", str(N_CTX),
+                         "--backend", "numpy", "--dequantize", "--chunks", "4")
+    assert code == 0 and cli["chunks"] == 4 and cli["tokens"] == len(ids)
+    first = N_CTX // 2
+    llm = llama_cpp.Llama(smollm2_gguf, n_ctx=N_CTX, logits_all=True, verbose=False,
+                          n_threads=2)
+    try:
+        assert llm.tokenize((ZEN * 2).encode(), add_bos=tokenizer.add_bos,
+                            special=False) == ids
+        ours_nll, theirs_nll = [], []
+        for chunk in range(cli["chunks"]):
+            batch = ids[chunk * N_CTX:(chunk + 1) * N_CTX]
+            llm.reset()
+            llm.eval(batch)
+            theirs = np.array(llm.scores[:N_CTX], np.float32)[first:N_CTX - 1]
+            hidden = model.transformer.hidden_states(batch, model.transformer.new_cache(N_CTX))
+            ours = model.transformer.lm_head.matmul(hidden[first:N_CTX - 1])  # [15, n_vocab]
+            targets = batch[first + 1:]
+            a, b = _reference_nll(ours, targets), _reference_nll(theirs, targets)
+            bound = 2 * np.abs(ours - theirs).max(axis=1) + 1e-9           # [15]
+            assert (np.abs(a - b) <= bound).all(), (np.abs(a - b), bound)
+            ours_nll.extend(a)
+            theirs_nll.extend(b)
+    finally:
+        llm.close()
+    assert cli["nll"] == pytest.approx(np.mean(ours_nll), rel=1e-9)
+    assert cli["tokens_scored"] == len(ours_nll)
+    print("apr PPL {:.4f}, llama.cpp logits PPL {:.4f}".format(
+        math.exp(np.mean(ours_nll)), math.exp(np.mean(theirs_nll))))
+
+
+@pytest.mark.real_model
+def test_gate_and_errors(smollm2_gguf, zen_file, tmp_path):
+    code, result = apr_json("eval", smollm2_gguf, "--dataset", zen_file, "--ctx", "32",
+                            "--chunks", "1", "--max-ppl", "1.0")
+    assert code == 5 and result["pass"] is False and result["chunks"] == 1
+    code, out, err = apr("eval", smollm2_gguf, "--dataset", str(tmp_path / "wikitext"))
+    assert code == 3 and "E007" in err and "local text file" in err
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    code, out, err = apr("eval", smollm2_gguf, "--dataset", str(short), "--ctx", "32")
+    assert code != 0 and "too short" in err
