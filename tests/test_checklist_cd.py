@@ -11,13 +11,14 @@ Items that are not tested here, and why:
 | 55 | TUI stats         | same                                                                 |
 | 60 | export ONNX       | ONNX needs a compute graph, which model files do not carry: export   |
 |    |                   | refuses it cleanly (tested below as a refusal, not as a feature)     |
-| 64 | trace output      | `apr trace` belongs to the runtime issue                             |
 | 79 | APR->ONNX->APR    | no ONNX (see #60); the same round trip is tested through SafeTensors |
 |    |                   | and GGUF instead: drift exactly 0                                    |
 | 89 | scale factors     | no conversion here rescales values (norm offsets such as Gemma's +1  |
 |    |                   | are applied by the runtime at load time, per family contract)        |
 | 99 | APR_RAM_LIMIT     | not implemented: large models are read through mmap/lazy tensors     |
 
+#64, #74 and #75 (`apr trace`: output, payload anomalies, diff) are in test_cli_trace.py,
+on the real SmolLM2 and a copy with one corrupted layer.
 #62 deviates from the seed's number: `--quantize int8` is Q8_0, llama.cpp's 8-bit type,
 which stores one f16 scale per 32 weights (34 bytes per 32 weights = 26.6 % of F32); the
 seed's "< 25 %" assumes scale-free int8. The test asserts the exact Q8_0 size instead.

@@ -121,10 +121,15 @@ class Transformer:
             x = x[-1:]
         return self.lm_head.matmul(x)                                  # [T, d] -> [T, n_vocab]
 
-    def hidden_states(self, token_ids: Sequence[int], cache: Optional[KVCache] = None
+    def hidden_states(self, token_ids: Sequence[int], cache: Optional[KVCache] = None,
+                      observe: Optional[Callable[[str, np.ndarray], None]] = None
                       ) -> np.ndarray:
         """Final hidden states `[T, d_model]` after the output norm (what the LM head
-        reads; mean-pooled they are the server's embeddings). Cache use as `forward`."""
+        reads; mean-pooled they are the server's embeddings). Cache use as `forward`.
+
+        `observe(step, x)` sees the residual stream `[T, d_model]` after each step, named
+        as llama.cpp names the tensors that make it: "token_embd", "blk.0" .. "blk.N-1",
+        "output_norm" (`apr trace` prints them)."""
         cfg = self.config
         ids = np.asarray(token_ids, np.int64).reshape(-1)
         if ids.size == 0:
@@ -142,11 +147,18 @@ class Transformer:
             x = x * np.float32(cfg.embed_scale)
         if self.position_embedding is not None:
             x = x + self.position_embedding.rows(positions)            # learned positions
+        if observe is not None:
+            observe("token_embd", x)
         tables = {kind: rope.tables(positions) for kind, rope in self.ropes.items()}
         for block in self.blocks:
             x = self._block(block, x, positions, cache, tables)
+            if observe is not None:
+                observe("blk.{}".format(block.index), x)
         cache.advance(ids.size)
-        return self.output_norm(x)                                     # [T, d_model]
+        out = self.output_norm(x)                                      # [T, d_model]
+        if observe is not None:
+            observe("output_norm", out)
+        return out
 
     def _block(self, block: Block, x: np.ndarray, positions: np.ndarray, cache: KVCache,
                tables: Dict[str, Any]) -> np.ndarray:
