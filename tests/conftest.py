@@ -51,3 +51,13 @@ def tiny_disk(tmp_path):
         yield mount_point
     finally:
         subprocess.run(["umount", str(mount_point)], check=False)
+
+
+@pytest.fixture(autouse=True)
+def _kernel_backend_stays_per_test():
+    """A test that selects a backend (directly, or through an in-process `apr` command,
+    which picks the fastest) must not change the kernels later tests in this worker run."""
+    from apr_core.quant import registry
+    saved = registry.active_backend()
+    yield
+    registry.set_backend(saved)
