@@ -78,6 +78,7 @@ _ROWS = (
     DType("TQ1_0",   None, 34,   None,      256,  54,   None),
     DType("TQ2_0",   None, 35,   None,      256,  66,   None),
     DType("MXFP4",   None, 39,   None,       32,  17,   None),
+    DType("NVFP4",   None, 40,   None,       64,  36,   None),
     # SafeTensors-only types.
     DType("BOOL",    None, None, "BOOL",      1,   1,   "?"),
     DType("U16",     None, None, "U16",       1,   2,   "<u2"),

@@ -1,4 +1,4 @@
-"""Non-linear and ternary quants: IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4.
+"""Non-linear and ternary quants: IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4.
 
 Block layouts (ggml-common.h; multi-byte fields little-endian):
   IQ4_NL  18 B: f16 d, u8 qs[16]                          x = d * kvalues[code]
@@ -7,10 +7,12 @@ Block layouts (ggml-common.h; multi-byte fields little-endian):
   TQ1_0   54 B: u8 qs[48], u8 qh[4], f16 d  (5 or 4 base-3 digits per byte)
   TQ2_0   66 B: u8 qs[64], f16 d            (2-bit codes, x = d * (q - 1))
   MXFP4   17 B: u8 e (E8M0 exponent), u8 qs[16]  x = e8m0_half(e) * kvalues_mxfp4[code]
-Nibble order is the ggml one (low nibbles of a 16-byte group first, then the high ones).
+  NVFP4   36 B: u8 s[4] (UE4M3 scales), u8 qs[32]: 4 sub-blocks of 16, sub-block k uses
+                s[k] and qs[8 k : 8 k + 8]   x = ue4m3_half(s[k]) * kvalues_mxfp4[code]
+Nibble order is the ggml one (low nibbles of a byte group first, then the high ones).
 
-The grid-based IQ types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) have no
-kernel here; the registry answers them with AprError(UNSUPPORTED) naming the type.
+The grid-based IQ types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) are in
+`iquants_grid`.
 """
 from __future__ import annotations
 
@@ -132,8 +134,34 @@ def dequantize_mxfp4(blocks: np.ndarray, out: Optional[np.ndarray] = None) -> np
     return _table_scaled(d, codes, _MXFP4_VALUES, out, (n, 32))
 
 
+def _ue4m3_half_table() -> np.ndarray:
+    """UE4M3 scale byte -> float32 value / 2 (ggml_ue4m3_to_fp32), all 256 bytes.
+
+    4 exponent bits (bias 7) and 3 mantissa bits; bit 7 is not part of the value; 0x7F
+    (the NaN code) decodes to 0. Every value is a short dyadic fraction, so computing in
+    float64 and rounding to float32 is exact.
+    """
+    x = np.arange(256)
+    exp, man = (x >> 3) & 15, (x & 7).astype(np.float64)
+    value = np.where(exp == 0, man * 2.0 ** -9, (1.0 + man / 8.0) * 2.0 ** (exp - 7.0))
+    value[[0, 0x7F]] = 0.0
+    return (value * 0.5).astype(np.float32)
+
+
+_UE4M3_HALF = _ue4m3_half_table()
+
+
+@register("dequantize", "NVFP4")
+def dequantize_nvfp4(blocks: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """NVFP4 `[n, 36]` uint8 -> `[n, 64]` float32."""
+    n = blocks.shape[0]
+    d = np.take(_UE4M3_HALF, blocks[:, 0:4])[:, :, None]             # [n, 4, 1] f32
+    codes = nibble_codes(blocks, 4, 4, 8).reshape(n, 4, 16)    # sub-block k, 16 codes
+    return _table_scaled(d, codes, _MXFP4_VALUES, out, (n, 64))
+
+
 for _kernel in (dequantize_iq4_nl, dequantize_iq4_xs, dequantize_tq2_0, dequantize_tq1_0,
-                dequantize_mxfp4):
+                dequantize_mxfp4, dequantize_nvfp4):
     _kernel.fills_out = True  # type: ignore[attr-defined]
-for _kernel in (dequantize_iq4_nl, dequantize_iq4_xs, dequantize_mxfp4):
+for _kernel in (dequantize_iq4_nl, dequantize_iq4_xs, dequantize_mxfp4, dequantize_nvfp4):
     _kernel.chunk_elements = TABLE_CHUNK_ELEMENTS  # type: ignore[attr-defined]
