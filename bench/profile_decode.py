@@ -20,11 +20,12 @@ sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "native")]
 # group -> function names whose cumulative time counts, outermost calls only: a call made
 # from another function of the same group is already inside that one's time.
 GROUPS = (("matmul kernels", ("matmul_group", "matmul")),
-          ("attention", ("attention",)),
-          ("norm/rope/act", ("rms_norm", "layer_norm", "apply", "tables", "silu", "gelu",
-                             "gelu_tanh")),
+          ("gate/up + act", ("matmul_glu",)),
+          ("attention", ("attention", "cached_attention")),
+          ("norm/rope/act", ("rms_norm", "rms_norm_add", "layer_norm", "apply", "rotate",
+                             "tables", "silu", "gelu", "gelu_tanh")),
           ("embedding rows", ("rows",)),
-          ("kv cache", ("store",)))
+          ("rope + kv store", ("store", "rope_store")))
 
 
 def outermost(stats, names):

@@ -47,6 +47,11 @@ class KVCache:
         self.v[layer][:, self.length:end] = v.transpose(1, 0, 2)
         return self.k[layer][:, :end], self.v[layer][:, :end]
 
+    def layer(self, layer: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The whole K and V arrays of `layer`, each `[n_kv, capacity, hd]` (positions
+        from `length` on are free for the step being computed)."""
+        return self.k[layer], self.v[layer]
+
     def advance(self, n_new: int) -> None:
         self.length += n_new
 

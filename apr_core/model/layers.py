@@ -145,18 +145,26 @@ class Rope:
 
     def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
         """`x [T, H, head_dim]` -> rotated copy `[T, H, head_dim]`."""
-        half = self.dim // 2
-        c, s = cos[:, None, :], sin[:, None, :]                      # [T, 1, dim/2]
-        out = x.copy()
-        if self.style == "neox":
-            a, b = x[..., :half], x[..., half:self.dim]              # [T, H, dim/2] each
-            out[..., :half] = a * c - b * s
-            out[..., half:self.dim] = b * c + a * s
-        else:
-            a, b = x[..., 0:self.dim:2], x[..., 1:self.dim:2]         # [T, H, dim/2] each
-            out[..., 0:self.dim:2] = a * c - b * s
-            out[..., 1:self.dim:2] = a * s + b * c
-        return out
+        return rotate(x, cos, sin, self.dim, self.style == "neox")
+
+
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, dim: int, neox: bool
+           ) -> np.ndarray:
+    """RoPE: `x [T, H, head_dim]` with its first `dim` features rotated by the angles of
+    `cos, sin [T, dim/2]` -> a new array; neox pairs feature i with i + dim/2, else 2i
+    with 2i + 1."""
+    half = dim // 2
+    c, s = cos[:, None, :], sin[:, None, :]                          # [T, 1, dim/2]
+    out = x.copy()
+    if neox:
+        a, b = x[..., :half], x[..., half:dim]                       # [T, H, dim/2] each
+        out[..., :half] = a * c - b * s
+        out[..., half:dim] = b * c + a * s
+    else:
+        a, b = x[..., 0:dim:2], x[..., 1:dim:2]                       # [T, H, dim/2] each
+        out[..., 0:dim:2] = a * c - b * s
+        out[..., 1:dim:2] = a * s + b * c
+    return out
 
 
 # --------------------------------------------------------------------------- attention
@@ -204,4 +212,4 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, sc
 
 
 __all__ = ["Norm", "rms_norm", "layer_norm", "silu", "gelu", "gelu_tanh", "erf",
-           "ACTIVATION_FNS", "Rope", "rope_inv_freq", "attention", "attention_mask"]
+           "ACTIVATION_FNS", "Rope", "rope_inv_freq", "rotate", "attention", "attention_mask"]

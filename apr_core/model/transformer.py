@@ -24,8 +24,9 @@ from ..quant import dequantize
 from ..tensor import ModelFile
 from .config import ModelConfig, config_from_apr, config_from_gguf, config_from_hf
 from .families import Family, Resolved, contracts, resolve_tensors
+from . import fused
 from .kv_cache import KVCache
-from .layers import ACTIVATION_FNS, Norm, Rope, attention, rms_norm
+from .layers import ACTIVATION_FNS, Norm, Rope, rms_norm
 from .weights import Linear, matmul_group
 
 # Projection role -> its bias role; norm role -> its bias role (contract role names).
@@ -164,7 +165,7 @@ class Transformer:
                tables: Dict[str, Any]) -> np.ndarray:
         cfg = self.config
         lin, norms = block.linears, block.norms
-        h = norms["attn_norm"](x)                                      # [T, d]
+        _, h = _norm_add(norms["attn_norm"], x, None)                  # [T, d]
         if lin.get("qkv") is not None:
             qkv = lin["qkv"].matmul(h)                                 # [T, q_dim + 2 kv_dim]
             q, k, v = np.split(qkv, [cfg.q_dim, cfg.q_dim + cfg.kv_dim], axis=1)
@@ -178,21 +179,21 @@ class Transformer:
             q = rms_norm(q, block.q_norm, cfg.norm_eps)
             k = rms_norm(k, block.k_norm, cfg.norm_eps)
         kind = "sliding" if block.sliding else "full"
-        if self.ropes:
-            cos, sin = tables[kind]
-            q = self.ropes[kind].apply(q, cos, sin)
-            k = self.ropes[kind].apply(k, cos, sin)
-        k_all, v_all = cache.store(block.index, k, v)                  # [n_kv, L, hd]
-        window = cfg.sliding_window if block.sliding else None
-        a = attention(q, k_all, v_all, positions, self.attn_scale, window)   # [T, q_dim]
+        rope = self.ropes.get(kind)
+        cos, sin = tables[kind] if rope is not None else (None, None)  # [T, dim/2] each
+        k_cache, v_cache = cache.layer(block.index)                    # [n_kv, cap, hd]
+        q = fused.kernel("rope_store")(
+            q, k, v, cos, sin, rope.dim if rope is not None else 0,
+            rope is not None and rope.style == "neox", k_cache, v_cache, cache.length)
+        window = (cfg.sliding_window if block.sliding else None) or 0
+        a = fused.kernel("attention")(q, k_cache, v_cache, cache.length + t, positions,
+                                      self.attn_scale, window)         # [T, q_dim]
         a = lin["o"].matmul(a)                                         # [T, d]
         if norms.get("post_attn_norm") is not None:
             a = norms["post_attn_norm"](a)
-        x = x + a
-        h = norms["ffn_norm"](x)
+        x, h = _norm_add(norms["ffn_norm"], x, a)                      # [T, d] each
         if lin.get("gate") is not None:
-            gate, up = matmul_group([lin["gate"], lin["up"]], h)       # [T, d_ff] each
-            m = self.act(gate) * up
+            m = fused.kernel("matmul_glu")(lin["gate"], lin["up"], h, cfg.act)  # [T, d_ff]
         else:
             m = self.act(lin["up"].matmul(h))
         m = lin["down"].matmul(m)                                      # [T, d_ff] -> [T, d]
@@ -210,6 +211,15 @@ class Transformer:
         quantized = sum(l.nbytes for l in seen.values() if l.quantized_in_memory)
         dense = sum(l.nbytes for l in seen.values() if not l.quantized_in_memory)
         return {"quantized_bytes": quantized, "dense_bytes": dense, "linears": len(seen)}
+
+
+def _norm_add(norm: Norm, x: np.ndarray, a: Optional[np.ndarray]):
+    """`(x + a, norm(x + a))` (`a` None: `(x, norm(x))`): one fused kernel call for an
+    RMSNorm without bias, the general Norm otherwise (LayerNorm families)."""
+    if norm.kind == "rms" and norm.bias is None:
+        return fused.kernel("rms_norm_add")(x, a, norm.weight, norm.eps)
+    s = x if a is None else x + a
+    return s, norm(s)
 
 
 def read_hf_config(directory: str) -> Dict[str, Any]:

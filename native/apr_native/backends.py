@@ -4,8 +4,9 @@
     backends.select()            # "auto": APR_BACKEND if set, else the fastest available
     backends.select("numba")     # or force one: numpy | numba | cuda
 
-Selecting a backend registers its "matmul" kernels (one per block type it implements)
-into `apr_core.quant.registry` and makes it the preferred one; `Linear.matmul` looks the
+Selecting a backend registers its "matmul" kernels (one per block type it implements),
+"matmul_group" and the fused per-layer kinds of `apr_core.model.fused` into
+`apr_core.quant.registry` and makes it the preferred one; `Linear.matmul` looks the
 kernel up per call, so model code is shared by every backend and never copied. Weight
 types a backend lacks fall back to numpy's kernel.
 
@@ -72,11 +73,13 @@ def threads() -> int:
 
 def _register_numba() -> None:
     import numba
-    from .kernels import cpu
+    from .kernels import cpu, cpu_fused
     numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
     for name in cpu.SUPPORTED:
         registry.register("matmul", name, backend="numba")(cpu.numba_matmul)
     registry.register("matmul_group", "*", backend="numba")(cpu.numba_matmul_group)
+    for kind, kernel in cpu_fused.KERNELS.items():    # apr_core.model.fused's kinds
+        registry.register(kind, "*", backend="numba")(kernel)
 
 
 def _register_cuda() -> None:

@@ -61,8 +61,9 @@ def _llama_cpp_runner(path: str, opts: Dict[str, Any]) -> Runner:
     except ImportError:
         raise AprError(ErrorCode.UNSUPPORTED, "--compare llama.cpp needs llama-cpp-python")
     llm = llama_cpp.Llama(path, n_ctx=opts["prompt_tokens"] + opts["decode_tokens"] + 8,
-                          n_batch=512, n_threads=opts["threads"], logits_all=False,
-                          verbose=False)
+                          n_batch=512, n_threads=opts["threads"],
+                          # prefill runs on the batch threads, whose default is every core
+                          n_threads_batch=opts["threads"], logits_all=False, verbose=False)
     n_vocab = llm.n_vocab()
 
     def logits() -> Any:

@@ -11,21 +11,64 @@ operations (load, shift, mask, shuffle), the dot with int16 activations is
 so no FMA contraction). The IR is target-independent: other CPUs get their own lowering.
 
 Each layout is a function `(builder, w_ptr, offsets...) -> <n x i8> codes`; `make_pair`
-turns one into a dot intrinsic and a dequantize intrinsic with matching arguments:
+turns one into a dot, an accumulating dot and a dequantize intrinsic:
     dot(w, *offsets, xq, xo) -> int32      sum_i code_i * xq[xo + i]   (xq int16)
+    acc(w, *offsets, xq, xo, s, acc) -> acc + s * float32(the products folded to 8 lanes)
     deq(w, *offsets, d, m, out, oo)        out[oo + i] = float32(code_i) * d + m
+`acc` carries a row's running sum as an `F32x8` value (numba type `f32x8`, an LLVM
+`<8 x float>` kept in a register across the caller's block loop; `zero8()` starts one,
+`hsum8(acc)` reduces it once per row): a block's integer products are only folded to 8
+lanes (pmaddwd's pairs, then halves), never summed horizontally, so a block costs a
+handful of vector instructions instead of a shuffle tree.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.core import datamodel
+from numba.extending import intrinsic, register_model
 
 I8, I16, I32, F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 
 
 def _vec(elem: ir.Type, n: int) -> ir.VectorType:
     return ir.VectorType(elem, n)
+
+
+class F32x8(types.Type):
+    """numba type of an 8-lane float32 accumulator (an LLVM `<8 x float>` value)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="f32x8")
+
+
+f32x8 = F32x8()
+
+
+@register_model(F32x8)
+class _F32x8Model(datamodel.models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _vec(F32, 8))
+
+
+@intrinsic
+def zero8(typingctx):
+    """An `f32x8` of zeros."""
+    def codegen(context, builder, signature, args):
+        return ir.Constant(_vec(F32, 8), [0.0] * 8)
+    return f32x8(), codegen
+
+
+@intrinsic
+def hsum8(typingctx, acc):
+    """The sum of an `f32x8`'s lanes as float32 (pairwise: (0+4)+(2+6) ...)."""
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        for half in (4, 2, 1):
+            v = builder.fadd(builder.shuffle_vector(v, v, _const(I32, range(half))),
+                             builder.shuffle_vector(v, v, _const(I32, range(half, 2 * half))))
+        return builder.extract_element(v, ir.Constant(I32, 0))
+    return types.float32(acc), codegen
 
 
 def _const(elem: ir.Type, values) -> ir.Constant:
@@ -55,6 +98,67 @@ def _shift_mask(builder, bytes_, shift, mask: int) -> ir.Value:
     return builder.and_(builder.lshr(bytes_, amount), _const(I8, [mask] * n))
 
 
+def _fmuladd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a * b + c lane-wise, fused where the CPU has FMA (llvm.fmuladd)."""
+    name = "llvm.fmuladd.v{}f32".format(a.type.count)
+    fn = builder.module.globals.get(name) or ir.Function(
+        builder.module, ir.FunctionType(a.type, [a.type] * 3), name)
+    return builder.call(fn, [a, b, c])
+
+
+def _pair_sums(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value) -> ir.Value:
+    """`<n x i8>` codes times `<n x i16>` activations folded to `<8 x i32>`: adjacent
+    pairs first (x86 `pmaddwd` where the CPU has it), then halves."""
+    n = codes.type.count
+    if _PMADDWD is not None and n % 16 == 0:
+        fn = builder.module.globals.get(_PMADDWD) or ir.Function(
+            builder.module, ir.FunctionType(_vec(I32, 8), [_vec(I16, 16)] * 2), _PMADDWD)
+        c16 = builder.sext(codes, _vec(I16, n))
+        parts = []
+        for i in range(0, n, 16):
+            pick = _const(I32, range(i, i + 16))
+            parts.append(builder.call(fn, [builder.shuffle_vector(c16, c16, pick),
+                                           builder.shuffle_vector(x, x, pick)]))
+        total = parts[0]
+        for part in parts[1:]:
+            total = builder.add(total, part)
+        return total
+    wide = _vec(I32, n)
+    prod = builder.mul(builder.sext(codes, wide), builder.sext(x, wide))
+    s = builder.add(builder.shuffle_vector(prod, prod, _const(I32, range(0, n, 2))),
+                    builder.shuffle_vector(prod, prod, _const(I32, range(1, n, 2))))
+    while s.type.count > 8:
+        half = s.type.count // 2
+        s = builder.add(builder.shuffle_vector(s, s, _const(I32, range(half))),
+                        builder.shuffle_vector(s, s, _const(I32, range(half, 2 * half))))
+    return s
+
+
+def _host_has(feature: str) -> bool:
+    """Whether the host CPU (numba compiles for it) has `feature` ("avx2", "f16c")."""
+    try:
+        import llvmlite.binding as llvm
+        return bool(llvm.get_host_cpu_features().get(feature))
+    except Exception:  # a non-x86 host or an llvmlite without the query: generic IR
+        return False
+
+
+# The AVX2 pmaddwd intrinsic where the host has it: LLVM does not always find pmaddwd in
+# the generic even/odd pattern.
+_PMADDWD = "llvm.x86.avx2.pmadd.wd" if _host_has("avx2") else None
+def _asm_ready() -> bool:
+    """Inline assembly needs the native asm parser, which numba does not load."""
+    try:
+        import llvmlite.binding as llvm
+        llvm.initialize_native_asmparser()
+        return True
+    except Exception:  # pragma: no cover - an llvmlite built without it
+        return False
+
+
+_F16C = _host_has("f16c") and _asm_ready()
+
+
 def _reduce_add(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     name = "llvm.vector.reduce.add.v{}i32".format(v.type.count)
     fn = builder.module.globals.get(name) or ir.Function(
@@ -73,6 +177,33 @@ def load_f16(typingctx, w, offset):
     return types.float32(w, offset), codegen
 
 
+@intrinsic
+def load_f16x2(typingctx, w, offset):
+    """The two little-endian IEEE halves at `w[offset:offset+4]` as a float32 pair.
+
+    For block scales inside the dot loops. Converting a half the plain way compiles to
+    `vpinsrw` into whatever register the backend picks -- often the loop's running sum,
+    which chained every block's scale to it (measured 2x slower blocks). Here one 32-bit
+    load is widened in a zeroed register (vmovd) and converted by `vcvtph2ps` as an
+    opaque instruction, so nothing narrows it back. Every block type has a 4-byte run
+    holding its scale(s) inside the block, so the load never leaves it."""
+    def codegen(context, builder, signature, args):
+        ptr = _ptr(context, builder, signature.args[0], args[0], args[1])
+        bits = builder.load(builder.bitcast(ptr, I32.as_pointer()), align=1)
+        if _F16C:
+            lanes = builder.insert_element(ir.Constant(_vec(I32, 4), [0] * 4), bits,
+                                           ir.Constant(I32, 0))
+            asm = ir.InlineAsm(ir.FunctionType(_vec(F32, 4), [_vec(I32, 4)]),
+                               "vcvtph2ps $1, $0", "=x,x")
+            wide = builder.call(asm, [lanes])
+        else:
+            wide = builder.fpext(builder.bitcast(bits, _vec(ir.HalfType(), 2)), _vec(F32, 2))
+        return context.make_tuple(builder, signature.return_type,
+                                  [builder.extract_element(wide, ir.Constant(I32, i))
+                                   for i in range(2)])
+    return types.UniTuple(types.float32, 2)(w, offset), codegen
+
+
 # --------------------------------------------------------------------------- layouts
 # Each returns `<n x i8>` codes, already minus the type's offset (signed), from the block
 # bytes at `w_ptr` and the extra (i64 / i8) arguments named in LAYOUT_ARGS.
@@ -87,13 +218,18 @@ def nib16(builder, w, args):
 
 
 def nib16_qh(builder, w, args):
-    """Legacy 5-bit: nib16 plus bit j of the little-endian u32 at `qh_off` as bit 4."""
+    """Legacy 5-bit: nib16 plus bit j of the little-endian u32 at `qh_off` as bit 4.
+
+    Byte arithmetic only: lane j takes qh byte j >> 3 (a byte shuffle) and tests bit
+    j & 7 against a constant mask. (Shifting the u32 by a vector of 32 amounts and
+    truncating to bytes cost 4 variable shifts and a pack tree per block.)"""
     off, qh_off = args
     low = nib16(builder, w, (off,))
-    qh_ptr = builder.bitcast(builder.gep(w, [qh_off]), I32.as_pointer())
-    qh = _splat(builder, builder.load(qh_ptr, align=1), 32)
-    bits = builder.and_(builder.lshr(qh, _const(I32, range(32))), _const(I32, [1] * 32))
-    high = builder.shl(builder.trunc(bits, _vec(I8, 32)), _const(I8, [4] * 32))
+    qh = _load(builder, builder.gep(w, [qh_off]), 4)                     # <4 x i8>
+    spread = builder.shuffle_vector(qh, qh, _const(I32, [j >> 3 for j in range(32)]))
+    bits = builder.and_(spread, _const(I8, [1 << (j & 7) for j in range(32)]))
+    is_set = builder.icmp_unsigned("!=", bits, _const(I8, [0] * 32))
+    high = builder.select(is_set, _const(I8, [16] * 32), _const(I8, [0] * 32))
     return builder.or_(low, high)
 
 
@@ -171,7 +307,7 @@ def _typer(n_args: int, result, codegen, name: str):
 
 
 def make_pair(layout, name: str, offset: int = 0):
-    """(dot, deq) intrinsics for `layout`, codes minus `offset`."""
+    """(dot, deq, acc) intrinsics for `layout`, codes minus `offset`."""
     kinds = LAYOUT_ARGS[layout]
     build = _minus(offset, layout) if offset else layout
     n_extra = len(kinds)
@@ -202,15 +338,27 @@ def make_pair(layout, name: str, offset: int = 0):
         builder.store(values, builder.bitcast(o_ptr, _vec(F32, n).as_pointer()), align=4)
         return context.get_dummy_value()
 
+    def acc_codegen(context, builder, signature, args):
+        codes = codes_of(context, builder, signature, args)
+        n = codes.type.count
+        x_ptr = _ptr(context, builder, signature.args[1 + n_extra], args[1 + n_extra],
+                     args[2 + n_extra])
+        sums = _pair_sums(builder, codes, _load(builder, x_ptr, n, I16))     # <8 x i32>
+        s = context.cast(builder, args[3 + n_extra], signature.args[3 + n_extra],
+                         types.float32)
+        return _fmuladd(builder, builder.sitofp(sums, _vec(F32, 8)), _splat(builder, s, 8),
+                        args[4 + n_extra])
+
     return (_typer(3 + n_extra, types.int32, dot_codegen, "dot_" + name),
-            _typer(5 + n_extra, types.void, deq_codegen, "deq_" + name))
+            _typer(5 + n_extra, types.void, deq_codegen, "deq_" + name),
+            _typer(5 + n_extra, f32x8, acc_codegen, "acc_" + name))
 
 
-dot_q4_0, deq_q4_0 = make_pair(nib16, "q4_0", 8)
-dot_q4_1, deq_q4_1 = make_pair(nib16, "q4_1")
-dot_q5_0, deq_q5_0 = make_pair(nib16_qh, "q5_0", 16)
-dot_q5_1, deq_q5_1 = make_pair(nib16_qh, "q5_1")
-dot_q8_0, deq_q8_0 = make_pair(i8x32, "q8_0")
-dot_q4_k, deq_q4_k = make_pair(nib32, "q4_k")
-dot_q5_k, deq_q5_k = make_pair(nib32_hb, "q5_k")
-dot_q6_k, deq_q6_k = make_pair(q6_16, "q6_k")
+dot_q4_0, deq_q4_0, acc_q4_0 = make_pair(nib16, "q4_0", 8)
+dot_q4_1, deq_q4_1, acc_q4_1 = make_pair(nib16, "q4_1")
+dot_q5_0, deq_q5_0, acc_q5_0 = make_pair(nib16_qh, "q5_0", 16)
+dot_q5_1, deq_q5_1, acc_q5_1 = make_pair(nib16_qh, "q5_1")
+dot_q8_0, deq_q8_0, acc_q8_0 = make_pair(i8x32, "q8_0")
+dot_q4_k, deq_q4_k, acc_q4_k = make_pair(nib32, "q4_k")
+dot_q5_k, deq_q5_k, acc_q5_k = make_pair(nib32_hb, "q5_k")
+dot_q6_k, deq_q6_k, acc_q6_k = make_pair(q6_16, "q6_k")

@@ -1,0 +1,90 @@
+"""Fused per-layer kernels: the kernel-registry kinds a decoder block calls besides its
+projections, with their numpy reference implementations.
+
+A backend (numba, CUDA, the browser's wasm-simd) may register a faster version of any kind
+under its own name; one missing falls back to the numpy reference here, so the model code
+in `transformer.py` is the same for every backend. Every kind is keyed by dtype "*".
+
+    kind           signature                                              result
+    rms_norm_add   (x [T,d], a [T,d] | None, weight [d], eps)              (s, h) each [T,d]
+    rope_store     (q [T,H,hd], k [T,n_kv,hd], v [T,n_kv,hd],              q_rot [T,H,hd]
+                    cos [T,dim/2] | None, sin [T,dim/2] | None, dim, neox,
+                    k_cache [n_kv,cap,hd], v_cache [n_kv,cap,hd], start)
+    attention      (q [T,H,hd], k_cache, v_cache, n_keys, q_pos [T],      [T, H*hd]
+                    scale, window)
+    matmul_glu     (gate: Linear, up: Linear, x [T,d], act)                [T, d_ff]
+
+- rms_norm_add: `s = x + a` (`x` itself when `a` is None), `h = rms_norm(s) * weight`.
+- rope_store: rotate the first `dim` features of every q and k head (neox: feature i pairs
+  with i + dim/2, else 2i with 2i + 1), store rotated k and v at cache positions
+  `start .. start+T-1`, return rotated q. `cos` None: no rotation (learned positions).
+- attention: grouped-query attention of q over cached keys `0 .. n_keys-1`; key j is
+  visible to the query at position p iff j <= p and (window == 0 or p - j < window).
+- matmul_glu: `ACTIVATION_FNS[act](gate.matmul(x)) * up.matmul(x)`.
+All arrays float32 (q_pos int64). Overrides must give the reference's results up to
+float32 rounding, and fall back to the reference for cases they do not handle.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from ..quant import registry
+from .layers import ACTIVATION_FNS, attention, rms_norm, rotate
+
+
+def rms_norm_add(x: np.ndarray, a: Optional[np.ndarray], weight: np.ndarray, eps: float
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+    """Residual add then RMSNorm: `(x + a, rms_norm(x + a) * weight)`, `[T, d]` each."""
+    s = x if a is None else x + a                                   # [T, d]
+    return s, rms_norm(s, weight, eps)
+
+
+def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
+               sin: Optional[np.ndarray], dim: int, neox: bool, k_cache: np.ndarray,
+               v_cache: np.ndarray, start: int) -> np.ndarray:
+    """RoPE on `q [T, H, hd]` and `k [T, n_kv, hd]`, then k and v into the caches
+    `[n_kv, cap, hd]` at `start ..`; returns the rotated q."""
+    if cos is not None:
+        q = rotate(q, cos, sin, dim, neox)
+        k = rotate(k, cos, sin, dim, neox)
+    end = start + k.shape[0]
+    k_cache[:, start:end] = k.transpose(1, 0, 2)                   # [T, n_kv, hd] -> [n_kv, T, hd]
+    v_cache[:, start:end] = v.transpose(1, 0, 2)
+    return q
+
+
+def cached_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
+                     q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
+    """`layers.attention` over the first `n_keys` cached positions -> `[T, H * hd]`."""
+    return attention(q, k_cache[:, :n_keys], v_cache[:, :n_keys], q_pos, scale,
+                     window or None)
+
+
+def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
+    """Gated MLP input: `act(x W_gate^T + b) * (x W_up^T + b)` -> `[T, d_ff]`."""
+    from .weights import matmul_group
+    g, u = matmul_group([gate, up], x)                             # [T, d_ff] each
+    return ACTIVATION_FNS[act](g) * u
+
+
+# kind -> numpy reference; THE list of fused kinds (backends override entries of it).
+KINDS = {
+    "rms_norm_add": rms_norm_add,
+    "rope_store": rope_store,
+    "attention": cached_attention,
+    "matmul_glu": matmul_glu,
+}
+
+for _kind, _fn in KINDS.items():
+    registry.register(_kind, "*")(_fn)
+
+
+def kernel(kind: str) -> Any:
+    """The preferred backend's implementation of fused kind `kind`."""
+    return registry.lookup(kind, "*")
+
+
+__all__ = ["KINDS", "kernel", "rms_norm_add", "rope_store", "cached_attention",
+           "matmul_glu"]

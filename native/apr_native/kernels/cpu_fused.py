@@ -1,0 +1,252 @@
+"""numba CPU versions of the fused per-layer kinds of `apr_core.model.fused` (signatures
+and meaning there): residual add + RMSNorm, RoPE of q and k + KV-cache store, attention
+over the cache, and the gated-MLP input (gate/up matvec + SiLU) in one call each.
+
+Each replaces several small numpy calls (and their temporaries) by one compiled loop, and
+falls back to the numpy reference for inputs it does not handle (other activations,
+biases, dense or unsupported weights, non-float32 arrays).
+
+Accuracy against the numpy reference:
+- rms_norm_add: the mean of squares is summed in float64 (numpy: float32 pairwise), the
+  rest is the reference's float32 operations in its order: ~1 ulp of the result.
+- rope_store: the reference's float32 products and sums in its order: exact.
+- attention: scores and softmax in float64 as the reference, summed in another order
+  (~1e-15 relative), probabilities rounded to float32 as the reference; the V sum is a
+  float32 sum in key order (BLAS: blocked): float32 rounding of sum |p| |v|.
+- matmul_glu: the matvec's bound (cpu.py) through SiLU, whose float32 exp differs from
+  numpy's by ~1 ulp.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+from numba import njit, prange
+
+from apr_core.model import fused
+
+from . import cpu
+from .common import BLOCKS, quantize_x
+from .cpu_blocks import dot_rows
+
+F32 = np.float32
+
+# Attention work (query heads x queries x keys) above which heads run in parallel: a
+# parallel region costs ~15 us to wake the pool, a decode step over 100 keys ~10 us.
+ATTN_PARALLEL_WORK = 1 << 15
+
+
+@njit(cache=True)
+def _rms_rows(x, a, weight, eps, s, h):
+    """`s = x + a` (when `a` has rows), `h = s * (1 / sqrt(mean(s^2) + eps)) * weight`."""
+    t_count, d = x.shape
+    add = a.shape[0] > 0
+    for t in range(t_count):
+        total = 0.0
+        for i in range(d):
+            v = x[t, i] + a[t, i] if add else x[t, i]
+            s[t, i] = v
+            total += float(v) * float(v)
+        r = F32(1.0) / np.sqrt(F32(total / d) + eps)
+        for i in range(d):
+            h[t, i] = (s[t, i] * r) * weight[i]
+
+
+_NO_ROWS = np.zeros((0, 0), np.float32)
+
+
+def rms_norm_add(x: np.ndarray, a: Optional[np.ndarray], weight: np.ndarray, eps: float
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+    """Kind "rms_norm_add" (apr_core.model.fused)."""
+    if x.dtype != np.float32 or (a is not None and a.dtype != np.float32):
+        return fused.rms_norm_add(x, a, weight, eps)
+    x = np.ascontiguousarray(x)
+    s = np.empty_like(x) if a is not None else x                    # [T, d]
+    h = np.empty_like(x)                                            # [T, d]
+    _rms_rows(x, _NO_ROWS if a is None else np.ascontiguousarray(a), weight, F32(eps), s, h)
+    return s, h
+
+
+@njit(cache=True)
+def _rotate_into(x, cos, sin, dim, neox, t, head, out):
+    """`out[:]` = head `x[t, head]` with its first `dim` features rotated."""
+    half = dim // 2
+    hd = x.shape[2]
+    for i in range(half):
+        c, s = cos[t, i], sin[t, i]
+        if neox:
+            a, b = x[t, head, i], x[t, head, i + half]
+            out[i] = a * c - b * s
+            out[i + half] = b * c + a * s
+        else:
+            a, b = x[t, head, 2 * i], x[t, head, 2 * i + 1]
+            out[2 * i] = a * c - b * s
+            out[2 * i + 1] = a * s + b * c
+    for i in range(dim, hd):
+        out[i] = x[t, head, i]
+
+
+@njit(cache=True)
+def _rope_store(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start, q_out):
+    for t in range(q.shape[0]):
+        for head in range(q.shape[1]):
+            _rotate_into(q, cos, sin, dim, neox, t, head, q_out[t, head])
+        for head in range(k.shape[1]):
+            _rotate_into(k, cos, sin, dim, neox, t, head, k_cache[head, start + t])
+            v_cache[head, start + t, :] = v[t, head]
+
+
+def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
+               sin: Optional[np.ndarray], dim: int, neox: bool, k_cache: np.ndarray,
+               v_cache: np.ndarray, start: int) -> np.ndarray:
+    """Kind "rope_store" (apr_core.model.fused)."""
+    arrays = (q, k, v, k_cache, v_cache) + (() if cos is None else (cos, sin))
+    if any(a.dtype != np.float32 for a in arrays) or not (
+            k_cache.flags.c_contiguous and v_cache.flags.c_contiguous):
+        return fused.rope_store(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start)
+    if cos is None:
+        cos = sin = _NO_ROWS
+        dim = 0
+    q_out = np.empty(q.shape, np.float32)                           # [T, H, hd]
+    _rope_store(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
+                np.ascontiguousarray(cos), np.ascontiguousarray(sin), dim, neox, k_cache,
+                v_cache, start, q_out)
+    return q_out
+
+
+@njit(fastmath={"reassoc", "contract"}, cache=True)
+def _attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores, out):
+    """One query row: `out [hd]` = softmax(q . k / scale over the visible keys) . v,
+    scores and softmax in float64 (`scores [n_keys]` scratch). `reassoc` lets the float64
+    dot vectorize; no flag here assumes finite values."""
+    hd = q.shape[2]
+    kv = head // (q.shape[1] // k_cache.shape[0])
+    p = q_pos[t]
+    hi = min(p, n_keys - 1)
+    lo = 0 if window <= 0 else max(0, p - window + 1)
+    best = -np.inf
+    for j in range(lo, hi + 1):
+        acc = 0.0
+        for i in range(hd):
+            acc += (float(q[t, head, i]) * scale) * float(k_cache[kv, j, i])
+        scores[j] = acc
+        best = max(best, acc)
+    total = 0.0
+    for j in range(lo, hi + 1):
+        e = math.exp(scores[j] - best)
+        scores[j] = e
+        total += e
+    for i in range(hd):
+        out[i] = F32(0.0)
+    for j in range(lo, hi + 1):
+        prob = F32(scores[j] / total)
+        for i in range(hd):
+            out[i] += prob * v_cache[kv, j, i]
+
+
+@njit(cache=True)
+def _attention_serial(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
+    scores = np.empty(n_keys, np.float64)
+    for t in range(q.shape[0]):
+        for head in range(q.shape[1]):
+            _attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
+                    out[t, head])
+
+
+@njit(parallel=True, cache=True)
+def _attention_parallel(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
+    n_heads = q.shape[1]
+    for job in prange(q.shape[0] * n_heads):
+        scores = np.empty(n_keys, np.float64)
+        t, head = job // n_heads, job % n_heads
+        _attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
+                out[t, head])
+
+
+def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
+              q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
+    """Kind "attention" (apr_core.model.fused)."""
+    if q.dtype != np.float32 or k_cache.dtype != np.float32 or v_cache.dtype != np.float32:
+        return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
+    t, n_heads, hd = q.shape
+    out = np.empty((t, n_heads, hd), np.float32)                    # [T, H, hd]
+    run = _attention_parallel if t * n_heads * n_keys > ATTN_PARALLEL_WORK \
+        else _attention_serial
+    run(np.ascontiguousarray(q), k_cache, v_cache, int(n_keys),
+        np.ascontiguousarray(q_pos, np.int64), float(scale), int(window or 0), out)
+    return out.reshape(t, n_heads * hd)
+
+
+@njit(cache=True)
+def _silu_mul(g, u, out):
+    """out = g / (1 + exp(-g)) * u, float32 (the reference's SiLU formula)."""
+    for t in range(g.shape[0]):
+        for i in range(g.shape[1]):
+            x = g[t, i]
+            out[t, i] = x / (F32(1.0) + np.exp(-x)) * u[t, i]
+
+
+@njit(cache=True)
+def _glu_rows(kind_g, w_g, kind_u, w_u, r0, r1, nb, row_bytes, xq, xd, xs, yg, yu, out):
+    """Serial: gate and up rows r0..r1-1, then SiLU(gate) * up on them."""
+    dot_rows(kind_g, w_g, 0, r0, r1, nb, row_bytes, xq, xd, xs, yg, r0)
+    dot_rows(kind_u, w_u, 0, r0, r1, nb, row_bytes, xq, xd, xs, yu, r0)
+    _silu_mul(yg[:, r0:r1], yu[:, r0:r1], out[:, r0:r1])
+
+
+@njit(parallel=True, cache=True)
+def _glu_matvec(kind_g, w_g, kind_u, w_u, rows, nb, row_bytes, x, yg, yu, out, chunks):
+    """`_glu_rows` over `chunks` pieces in one parallel region."""
+    xq, xd, xs = quantize_x(x)
+    n = min(rows, chunks)
+    for c in prange(n):
+        _glu_rows(kind_g, w_g, kind_u, w_u, c * rows // n, (c + 1) * rows // n, nb,
+                  row_bytes, xq, xd, xs, yg, yu, out)
+
+
+def _quantized(linear: Any) -> bool:
+    return linear.weight is None and linear.bias is None and linear.dtype.name in BLOCKS
+
+
+def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
+    """Kind "matmul_glu" (apr_core.model.fused): SiLU only; one parallel region for the
+    gate and up matvecs and the activation when both stay quantized in memory and have
+    the same shape and row layout."""
+    if act != "silu":
+        return fused.matmul_glu(gate, up, x, act)
+    x = np.ascontiguousarray(x, np.float32)
+    t = x.shape[0]
+    if t <= cpu.DOT_MAX_TOKENS and _quantized(gate) and _quantized(up) \
+            and gate.shape == up.shape:
+        kind_g, nb, row_bytes = cpu.layout(gate.dtype.name, gate.shape)
+        kind_u, nb_u, row_bytes_u = cpu.layout(up.dtype.name, up.shape)
+        if (nb, row_bytes) == (nb_u, row_bytes_u):
+            rows = gate.shape[0]
+            yg = np.empty((t, rows), np.float32)                    # [T, d_ff]
+            yu = np.empty((t, rows), np.float32)
+            out = np.empty((t, rows), np.float32)
+            if 2 * rows * row_bytes < cpu.PARALLEL_MIN_BYTES:
+                xq, xd, xs = quantize_x(x)
+                _glu_rows(kind_g, gate.data, kind_u, up.data, 0, rows, nb, row_bytes, xq, xd,
+                          xs, yg, yu, out)
+            else:
+                _glu_matvec(kind_g, gate.data, kind_u, up.data, rows, nb, row_bytes, x, yg,
+                            yu, out, cpu.chunks())
+            return out
+    g, u = gate.matmul(x), up.matmul(x)                             # [T, d_ff] each
+    out = np.empty_like(g)
+    _silu_mul(g, u, out)
+    return out
+
+
+# kind -> numba version (registered by apr_native.backends for backend "numba").
+KERNELS = {
+    "rms_norm_add": rms_norm_add,
+    "rope_store": rope_store,
+    "attention": attention,
+    "matmul_glu": matmul_glu,
+}
+
+__all__ = ["KERNELS", "rms_norm_add", "rope_store", "attention", "matmul_glu",
+           "ATTN_PARALLEL_WORK"]
