@@ -1,89 +1,317 @@
-"""apr_core's "matmul" kernel on the shell's WebAssembly SIMD kernel (web/src/simd_kernel.js).
+"""apr_core's kernels on the browser shell's (web/src/simd_kernel.js), registered in
+`apr_core.quant.registry` as backend "wasm-simd", so the model code is unchanged.
 
-Pyodide's numpy has neither BLAS nor SIMD, so a float32 matvec runs near 1.4 GFLOP/s and
-decode spends about 80% of its time there. This kernel keeps each weight, dequantized once
-to float32, in the SIMD kernel's memory; a call copies `x` in and `y` out. It is registered
-in `apr_core.quant.registry` as backend "wasm-simd", so the model code is unchanged.
+Pyodide's numpy has neither BLAS nor SIMD (a float32 matvec runs near 1.4 GFLOP/s), and
+every numpy call costs tens of microseconds however small its array. So:
+
+* "matmul" / "matmul_group" (`WasmMatmul`): Q4_1 and Q8_0 weights (every projection and the
+  tied LM head of SmolLM2's GGUF) stay quantized: their GGUF blocks are uploaded once and
+  repacked by the kernel module (four rows interleaved, f16 scales widened to f32) in its
+  own WebAssembly memory, then streamed at about their stored size per token (98 MB
+  instead of 540 MB of float32). Every other type is dequantized once to float32
+  (`matmul_f32.wat`).
+* The fused per-layer kinds of apr_core.model.fused (`WasmFused`: residual + RMSNorm,
+  RoPE + KV store, decode attention, the SiLU gate) run as plain loops in the shell
+  (kernels/fused.js), one call each instead of dozens of numpy calls per layer.
+* Calls pass only integers: x, y and the other arrays stay numpy arrays in Pyodide's memory,
+  which the shell reads and writes by address.
+
+Accuracy of the quantized matmul (kernels/matmul_q.wat): each 32-column block of x is scaled
+by dx = max|x| / 32767 and split into two int16 terms, x ~ dx * (xh + xl / 32768), that meet
+the weights' integer codes in `i32x4.dot_i16x8_s`. The integer dots are exact; what remains
+is the split's residual (< dx * 2^-16, about float32's own precision) and float32 rounding
+of the per-block sums. One int16 term alone (the cheaper choice, as apr_native's numba kernel
+does) moves SmolLM2's logits by up to 1.8e-2 (max abs, "The capital of France is"); with the
+split the whole browser path (these kernels and the fused kinds) stays 6.8e-5 from native,
+like numpy's own kernels in the browser (7.1e-5), at the cost of a second dot per pair.
 """
 from __future__ import annotations
 
 import json
 import weakref
-from typing import Any, Callable, Dict, List, Sequence, Tuple
-
-import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
+from typing import Any, Dict, List, Sequence, Tuple
 
 BACKEND = "wasm-simd"
-LANES = 16  # the kernel sums 4 x 4 float32 lanes per step: columns must be a multiple of 16
+LANES = 16  # the f32 kernel sums 4 x 4 float32 lanes per step: columns a multiple of 16
+ROWS = 4    # the quantized kernels give four rows per SIMD lane group
+KIND_F32 = 0
+
+
+# dtype name -> kind code of the shell's quantized kernels (simd_kernel.js, matmul_q.wat);
+# kind 0 is the float32 kernel. One entry per quantized kernel.
+QUANTIZED: Dict[str, int] = {"Q4_1": 1, "Q8_0": 2}
+
+
+def _address(array: Any) -> int:
+    """Where a contiguous numpy array's data starts in Pyodide's memory."""
+    return array.__array_interface__["data"][0]
 
 
 class WasmMatmul:
-    """A registry "matmul" kernel: `(data, dtype, shape, x, scratch) -> y [T, out]`."""
+    """A registry "matmul" kernel: `(data, dtype, shape, x, scratch) -> y [T, out]`.
 
-    def __init__(self, kernel: Any, to_js: Callable[[Any], Any]) -> None:
+    Calls pass only integers to JavaScript: `x` and `y` are numpy arrays in Pyodide's memory,
+    which the shell reads and writes by address (no conversion of arrays between Python and
+    JavaScript objects, which costs more than a decode-sized kernel call in Pyodide 0.17).
+    """
+
+    def __init__(self, kernel: Any, quantized: bool = True) -> None:
         self._kernel = kernel
-        self._to_js = to_js
-        self._handles: Dict[int, Tuple[Any, int]] = {}  # id(data) -> (weakref, handle)
+        self._quantized = quantized
+        self._handles: Dict[int, Tuple[Any, List[int]]] = {}  # id(data) -> (weakref, entry)
+        # ids of the weights run together -> (plan id, rows of each, weakrefs to their data)
+        self._plans: Dict[Tuple[int, ...], Tuple[int, List[int], List[Any]]] = {}
 
-    def _handle(self, data: Any, dtype: Any, shape: Tuple[int, int]) -> int:
+    def handles(self, data: Any, dtype: Any, shape: Tuple[int, int]) -> List[int]:
+        """`[kind, handle, rows]` of a weight, uploaded on first use."""
         import numpy as np
         from apr_core.quant.api import dequantize
         entry = self._handles.get(id(data))
         if entry is not None and entry[0]() is data:
             return entry[1]
-        weight = np.ascontiguousarray(dequantize(data, dtype, shape), "<f4")  # [out, in]
-        handle = int(self._kernel.upload(self._to_js(weight.tobytes())))
-        self._handles[id(data)] = (weakref.ref(data), handle)
-        return handle
+        kind = QUANTIZED.get(dtype.name, KIND_F32) if self._quantized else KIND_F32
+        if kind != KIND_F32 and shape[0] % ROWS == 0:
+            # the GGUF blocks as stored; the shell repacks them into its kernel's layout
+            blocks = np.ascontiguousarray(data).view(np.uint8)
+            handle = self._kernel.uploadBlocks(kind, _address(blocks), blocks.nbytes, shape[0],
+                                               shape[1])
+        else:
+            kind = KIND_F32
+            weight = np.ascontiguousarray(dequantize(data, dtype, shape), np.float32)  # [out, in]
+            handle = self._kernel.upload(_address(weight), weight.nbytes)
+        self._handles[id(data)] = (weakref.ref(data), [kind, int(handle), shape[0]])
+        return self._handles[id(data)][1]
+
+    def usable(self, dtype: Any, shape: Tuple[int, int]) -> bool:
+        """Whether a weight runs here (else numpy's kernel takes it)."""
+        if self._quantized and dtype.name in QUANTIZED and shape[0] % ROWS == 0:
+            return True
+        return shape[1] % LANES == 0
 
     def __call__(self, data: Any, dtype: Any, shape: Tuple[int, int], x: Any,
                  scratch_elements: int) -> Any:
         from apr_core.model.weights import numpy_matmul
-        if shape[1] % LANES:
+        if not self.usable(dtype, shape):
             return numpy_matmul(data, dtype, shape, x, scratch_elements)
         return self.run([(data, dtype, shape)], x)[0]
+
+    def _plan(self, weights: List[Tuple[Any, Any, Tuple[int, int]]]
+              ) -> Tuple[int, List[int], List[Any]]:
+        """The shell's plan for running `weights` on one x (registered once per group)."""
+        key = tuple([id(data) for data, _, _ in weights])
+        entry = self._plans.get(key)
+        if entry is not None and all([ref() is data for ref, (data, _, _)
+                                      in zip(entry[2], weights)]):
+            return entry
+        plan = json.dumps([self.handles(*weight) for weight in weights])
+        entry = (int(self._kernel.plan(plan)), [shape[0] for _, _, shape in weights],
+                 [weakref.ref(data) for data, _, _ in weights])
+        self._plans[key] = entry
+        return entry
 
     def run(self, weights: List[Tuple[Any, Any, Tuple[int, int]]], x: Any) -> List[Any]:
         """`x [T, in]` times each `(data, dtype, (out, in))` weight, in one kernel call."""
         import numpy as np
-        x = np.ascontiguousarray(x, "<f4")                                # [T, in]
+        plan, rows, _ = self._plan(weights)
+        x = np.ascontiguousarray(x, np.float32)                          # [T, in]
         tokens = x.shape[0]
-        plan = [[self._handle(data, dtype, shape), shape[0]] for data, dtype, shape in weights]
-        flat = np.array(self._kernel.matmulGroup(json.dumps(plan), x.shape[1],
-                                                 self._to_js(x.tobytes()), tokens).to_py(),
-                        np.float32)                                     # [sum(T * out)]
+        flat = np.empty(tokens * sum(rows), np.float32)                  # [sum(T * out)]
+        self._kernel.run(plan, x.shape[1], tokens, _address(x), _address(flat))
+        if len(rows) == 1:
+            return [flat.reshape(tokens, rows[0])]
         out, start = [], 0
-        for _, rows in plan:
-            out.append(flat[start:start + tokens * rows].reshape(tokens, rows))  # [T, out]
-            start += tokens * rows
+        for count in rows:
+            out.append(flat[start:start + tokens * count].reshape(tokens, count))  # [T, out]
+            start += tokens * count
         return out
 
     def group(self, linears: Sequence[Any], x: Any) -> List[Any]:
         """Registry kind "matmul_group": projections sharing `x` (q/k/v, gate/up)."""
         from apr_core.model.weights import numpy_matmul_group
-        if any(lin.weight is not None or lin.shape[1] % LANES for lin in linears):
-            return numpy_matmul_group(linears, x)  # dense or odd-sized: each on its own
+        for lin in linears:
+            if lin.weight is not None or not self.usable(lin.dtype, lin.shape):
+                return numpy_matmul_group(linears, x)  # dense or odd-sized: each on its own
         ys = self.run([(lin.data, lin.dtype, lin.shape) for lin in linears], x)
         return [y if lin.bias is None else y + lin.bias for lin, y in zip(linears, ys)]
 
 
-def register_simd_matmul() -> bool:
-    """Make the SIMD kernel apr_core's preferred "matmul" (when the worker created one)."""
+class WasmFused:
+    """apr_core's fused per-layer kinds (apr_core/model/fused.py) on the shell's loops
+    (kernels/fused.js), which work on the numpy arrays in place by address. Cases they do
+    not handle (non-SiLU gates, biases, odd layouts) go to the numpy references."""
+
+    def __init__(self, kernel: Any, matmul: WasmMatmul) -> None:
+        self._kernel = kernel
+        self._matmul = matmul
+
+    def rms_norm_add(self, x: Any, a: Any, weight: Any, eps: float) -> Tuple[Any, Any]:
+        """`(x + a, rms_norm(x + a) * weight)`, each `[T, d]`."""
+        import numpy as np
+        x = np.ascontiguousarray(x, np.float32)                          # [T, d]
+        weight = np.ascontiguousarray(weight, np.float32)                # [d]
+        h = np.empty_like(x)
+        s = x if a is None else np.empty_like(x)
+        added = 0 if a is None else _address(np.ascontiguousarray(a, np.float32))
+        self._kernel.rmsNormAdd(x.shape[0], x.shape[-1], _address(x), added, _address(weight),
+                                float(eps), _address(s), _address(h))
+        return s, h
+
+    def rope_store(self, q: Any, k: Any, v: Any, cos: Any, sin: Any, dim: int, neox: bool,
+                   k_cache: Any, v_cache: Any, start: int) -> Any:
+        """RoPE on q `[T, H, hd]` and k, k and v into the caches `[n_kv, cap, hd]`."""
+        import numpy as np
+        from apr_core.model.fused import rope_store
+        if not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous
+                and k_cache.dtype == np.float32 and v_cache.dtype == np.float32):
+            return rope_store(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start)
+        q, k, v = (np.ascontiguousarray(a, np.float32) for a in (q, k, v))
+        tables = (0, 0) if cos is None else tuple(
+            _address(np.ascontiguousarray(a, np.float32)) for a in (cos, sin))
+        out = np.empty_like(q)                                           # [T, H, hd]
+        t, heads, hd = q.shape
+        self._kernel.ropeStore(t, heads, k.shape[1], hd, _address(q), _address(k), _address(v),
+                               tables[0], tables[1], int(dim), bool(neox), _address(k_cache),
+                               _address(v_cache), k_cache.shape[1], int(start), _address(out))
+        return out
+
+    def attention(self, q: Any, k_cache: Any, v_cache: Any, n_keys: int, q_pos: Any,
+                  scale: float, window: int) -> Any:
+        """Grouped-query attention over the first `n_keys` cached positions -> `[T, H*hd]`."""
+        import numpy as np
+        from apr_core.model.fused import cached_attention
+        if not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous
+                and k_cache.dtype == np.float32 and v_cache.dtype == np.float32):
+            return cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
+        q = np.ascontiguousarray(q, np.float32)                          # [T, H, hd]
+        positions = np.ascontiguousarray(q_pos, np.int64)                # [T]
+        t, heads, hd = q.shape
+        out = np.empty((t, heads * hd), np.float32)
+        self._kernel.attention(t, heads, k_cache.shape[0], hd, _address(q), _address(k_cache),
+                               _address(v_cache), k_cache.shape[1], int(n_keys),
+                               _address(positions), float(scale), int(window or 0),
+                               _address(out))
+        return out
+
+    def matmul_glu(self, gate: Any, up: Any, x: Any, act: str) -> Any:
+        """`silu(x W_gate^T) * (x W_up^T)` -> `[T, d_ff]` in one call (SiLU, no biases)."""
+        import numpy as np
+        from apr_core.model.fused import matmul_glu
+        usable = self._matmul.usable
+        if (act != "silu" or gate.bias is not None or up.bias is not None
+                or gate.weight is not None or up.weight is not None
+                or gate.shape != up.shape or not usable(gate.dtype, gate.shape)
+                or not usable(up.dtype, up.shape)):
+            return matmul_glu(gate, up, x, act)
+        plan = self._matmul._plan([(gate.data, gate.dtype, gate.shape),
+                                   (up.data, up.dtype, up.shape)])[0]
+        x = np.ascontiguousarray(x, np.float32)                          # [T, d]
+        out = np.empty((x.shape[0], gate.shape[0]), np.float32)          # [T, d_ff]
+        self._kernel.runGlu(plan, x.shape[1], x.shape[0], _address(x), _address(out))
+        return out
+
+
+def register_simd_matmul(quantized: bool = True) -> bool:
+    """Make the SIMD kernels apr_core's preferred "matmul" (when the worker created them).
+    `quantized=False` keeps every weight as float32 (the earlier kernel, for comparison)."""
+    import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
     kernel = getattr(js, "aprSimd", None)
     if kernel is None:
         return False
-    try:
-        from pyodide.ffi import to_js  # type: ignore[import-not-found]  # Pyodide >= 0.21
-    except ImportError:
-        from pyodide import to_js  # type: ignore[import-not-found]  # Pyodide 0.17
     from apr_core import dtypes
     from apr_core.quant import registry
-    matmul = WasmMatmul(kernel, to_js)
+    matmul = WasmMatmul(kernel, quantized)
     for dtype in dtypes.ALL:
         registry.register("matmul", dtype.name, backend=BACKEND)(matmul)
     registry.register("matmul_group", "*", backend=BACKEND)(matmul.group)
+    if quantized:  # the float32 mode stays the earlier kernel alone, for comparison
+        _register_fused(WasmFused(kernel, matmul))
     registry.set_backend(BACKEND)
     return True
 
 
-__all__ = ["WasmMatmul", "register_simd_matmul", "BACKEND"]
+def _register_fused(fused: WasmFused) -> None:
+    """Register the shell's fused kinds where this apr_core has them (apr_core.model.fused)."""
+    from apr_core.quant import registry
+    try:
+        from apr_core.model.fused import KINDS
+    except ImportError:  # an apr_core from before the fused kinds
+        return
+    for kind in KINDS:
+        method = getattr(fused, kind, None)
+        if method is not None:
+            registry.register(kind, "*", backend=BACKEND)(method)
+
+
+def kernel_check(name: str, x_b64: str, quantized: bool = True) -> str:
+    """Run the loaded model's projection `name` on `x` (base64 float32 `[T, in]`) with the
+    shell's kernels, for wasm_tests/test_quant_kernel.py: JSON `{"kind", "y"}` with `y`
+    base64 float32 `[T, out]`. `quantized=False` runs it through the float32 kernel
+    instead (uploading a float32 copy of that one weight)."""
+    import base64
+    import numpy as np
+    import js  # type: ignore[import-not-found]
+    from apr_web import _state
+    from apr_core.quant import registry
+    transformer = _state["model"].transformer
+    linears = [transformer.embedding, transformer.lm_head] + [
+        lin for block in transformer.blocks for lin in block.linears.values()]
+    lin = [lin for lin in linears if lin is not None and lin.name == name][0]
+    kernel = registry.lookup("matmul", lin.dtype.name)
+    if not quantized:
+        kernel = WasmMatmul(js.aprSimd, quantized=False)
+    x = np.frombuffer(base64.b64decode(x_b64), "<f4").reshape(-1, lin.shape[1])  # [T, in]
+    y = kernel(lin.data, lin.dtype, lin.shape, x, 0)                               # [T, out]
+    kind = kernel.handles(lin.data, lin.dtype, lin.shape)[0]
+    return json.dumps({"kind": kind, "y": base64.b64encode(
+        np.ascontiguousarray(y, "<f4").tobytes()).decode("ascii")})
+
+
+def fused_check(seed: int) -> str:
+    """The shell's fused kinds against apr_core's numpy references on the same random
+    decode-step inputs (SmolLM2's shapes: d 576, 9 query / 3 KV heads of 64, a 20-key
+    cache), for wasm_tests/test_quant_kernel.py: JSON `{output: [max |diff|, scale]}` with
+    scale = max |ref| (max |V| for attention, whose error scales with the values summed)."""
+    import numpy as np
+    from apr_web import _state
+    from apr_core.model import fused as reference
+    from apr_core.quant import registry
+    mine = {kind: registry.lookup(kind, "*") for kind in reference.KINDS}
+    rng = np.random.RandomState(seed)
+    normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    x, a, w = normal(2, 576), normal(2, 576), normal(576)
+    q, k, v = normal(2, 9, 64), normal(2, 3, 64), normal(2, 3, 64)
+    cos, sin = normal(2, 32), normal(2, 32)
+    caches = [normal(3, 32, 64), normal(3, 32, 64)]
+    pos = np.array([18, 19])
+    block = _state["model"].transformer.blocks[seed % 30].linears
+    out: Dict[str, Any] = {}
+
+    def compare(name: str, got: Any, want: Any, scale: Any = None) -> None:
+        out[name] = [float(np.abs(got - want).max()),
+                     float(np.abs(want if scale is None else scale).max())]
+
+    for added in (a, None):
+        (s1, h1), (s2, h2) = (fn(x, added, w, 1e-5) for fn in
+                              (mine["rms_norm_add"], reference.rms_norm_add))
+        compare("norm_s" if added is not None else "norm_s_none", s1, s2)
+        compare("norm_h" if added is not None else "norm_h_none", h1, h2)
+    for neox in (True, False):
+        ours, theirs = [c.copy() for c in caches], [c.copy() for c in caches]
+        q1 = mine["rope_store"](q, k, v, cos, sin, 64, neox, ours[0], ours[1], 18)
+        q2 = reference.rope_store(q, k, v, cos, sin, 64, neox, theirs[0], theirs[1], 18)
+        tag = "neox" if neox else "gptj"
+        compare("rope_q_" + tag, q1, q2)
+        compare("rope_k_" + tag, ours[0], theirs[0])
+        compare("rope_v_" + tag, ours[1], theirs[1])
+    for window in (0, 5):
+        compare("attention_w{}".format(window),
+                mine["attention"](q, caches[0], caches[1], 20, pos, 0.125, window),
+                reference.cached_attention(q, caches[0], caches[1], 20, pos, 0.125, window),
+                caches[1][:, :20])
+    compare("glu", mine["matmul_glu"](block["gate"], block["up"], x, "silu"),
+            reference.matmul_glu(block["gate"], block["up"], x, "silu"))
+    return json.dumps(out)
+
+
+__all__ = ["WasmMatmul", "WasmFused", "register_simd_matmul", "QUANTIZED", "BACKEND",
+           "kernel_check", "fused_check"]

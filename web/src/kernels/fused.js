@@ -1,0 +1,114 @@
+/**
+ * The shell's versions of apr_core's fused per-layer kernels (apr_core/model/fused.py has the
+ * numpy references and the contract): residual + RMSNorm, RoPE + KV store, decode attention,
+ * and the SiLU gate. In Pyodide each numpy call costs tens of microseconds whatever its size,
+ * and a decoder layer makes dozens; these loops run on the arrays in place, in Python's heap,
+ * so a layer costs a handful of calls. Float32 results are rounded as the reference rounds
+ * them (Math.fround after each float32 operation) or computed in float64 and rounded once,
+ * which is within the reference's own float32 rounding.
+ *
+ * Every function takes `heap` (an ArrayBuffer: the Python runtime's memory) and byte
+ * addresses of C-contiguous arrays in it.
+ */
+const f32 = (heap, at, n) => new Float32Array(heap, at, n);
+const fr = Math.fround;
+
+/** s = x + a (x itself when `a` is 0), h = s * (1 / sqrt(mean(s^2) + eps)) * w; `[T, d]`. */
+export function rmsNormAdd(heap, T, d, x, a, w, eps, s, h) {
+  const X = f32(heap, x, T * d), A = a ? f32(heap, a, T * d) : null, W = f32(heap, w, d);
+  const S = f32(heap, s, T * d), H = f32(heap, h, T * d);
+  const eps32 = fr(eps);
+  for (let t = 0; t < T; t++) {
+    const row = t * d;
+    let squares = 0;
+    for (let i = row; i < row + d; i++) {
+      const v = A ? fr(X[i] + A[i]) : X[i];
+      if (A) S[i] = v;
+      squares += fr(v * v);
+    }
+    const r = fr(1 / fr(Math.sqrt(fr(fr(squares / d) + eps32))));
+    for (let i = 0; i < d; i++) H[row + i] = fr(fr(S[row + i] * r) * W[i]);
+  }
+}
+
+/** Rotate the first `dim` features of `src [T, heads, hd]` into `dst` (neox: i pairs with
+ * i + dim/2, else 2i with 2i + 1) by `cos, sin [T, dim/2]`; features past `dim` are copied.
+ * `dst` is indexed as `[heads, cap, hd]` from position `start` when `cache` is set. */
+function rotate(SRC, DST, T, heads, hd, C, S, dim, neox, cache, cap, start) {
+  const half = dim >> 1;
+  for (let t = 0; t < T; t++) {
+    for (let h = 0; h < heads; h++) {
+      const from = (t * heads + h) * hd;
+      const to = cache ? (h * cap + start + t) * hd : from;
+      for (let i = 0; i < hd; i++) DST[to + i] = SRC[from + i];
+      if (!C) continue;
+      for (let i = 0; i < half; i++) {
+        const c = C[t * half + i], s = S[t * half + i];
+        const ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        const a = SRC[from + ia], b = SRC[from + ib];
+        DST[to + ia] = fr(fr(a * c) - fr(b * s));
+        DST[to + ib] = fr(fr(b * c) + fr(a * s));
+      }
+    }
+  }
+}
+
+/** RoPE on q and k, k and v into the caches `[n_kv, cap, hd]` at `start..`, rotated q to
+ * `qOut`. `cos` 0: no rotation. */
+export function ropeStore(heap, T, H, nKv, hd, q, k, v, cos, sin, dim, neox, kCache, vCache,
+                          cap, start, qOut) {
+  const C = cos ? f32(heap, cos, T * (dim >> 1)) : null;
+  const S = cos ? f32(heap, sin, T * (dim >> 1)) : null;
+  rotate(f32(heap, q, T * H * hd), f32(heap, qOut, T * H * hd), T, H, hd, C, S, dim, neox,
+         false, 0, 0);
+  const KC = f32(heap, kCache, nKv * cap * hd);
+  rotate(f32(heap, k, T * nKv * hd), KC, T, nKv, hd, C, S, dim, neox, true, cap, start);
+  rotate(f32(heap, v, T * nKv * hd), f32(heap, vCache, nKv * cap * hd), T, nKv, hd, null,
+         null, 0, false, true, cap, start);
+}
+
+/** Grouped-query attention of `q [T, H, hd]` over cached keys `0..nKeys-1` -> `out [T, H*hd]`;
+ * scores and softmax in float64, probabilities rounded to float32 before the V sum. */
+export function attention(heap, T, H, nKv, hd, q, kCache, vCache, cap, nKeys, qPos, scale,
+                          window, out) {
+  const Q = f32(heap, q, T * H * hd), K = f32(heap, kCache, nKv * cap * hd);
+  const V = f32(heap, vCache, nKv * cap * hd), O = f32(heap, out, T * H * hd);
+  const P = new Int32Array(heap, qPos, 2 * T);  // int64 positions, low words (little-endian)
+  const group = H / nKv;
+  const scores = new Float64Array(nKeys);
+  const ctx = new Float64Array(hd);
+  for (let t = 0; t < T; t++) {
+    const pos = P[2 * t];
+    for (let h = 0; h < H; h++) {
+      const qa = (t * H + h) * hd, kv = Math.floor(h / group) * cap * hd;
+      let best = -Infinity;
+      for (let j = 0; j < nKeys; j++) {
+        if (j > pos || (window && pos - j >= window)) { scores[j] = -Infinity; continue; }
+        let dot = 0;
+        for (let i = 0, ka = kv + j * hd; i < hd; i++) dot += (Q[qa + i] * scale) * K[ka + i];
+        scores[j] = dot;
+        if (dot > best) best = dot;
+      }
+      let total = 0;
+      for (let j = 0; j < nKeys; j++) {
+        scores[j] = Math.exp(scores[j] - best);
+        total += scores[j];
+      }
+      ctx.fill(0);
+      for (let j = 0; j < nKeys; j++) {
+        const p = fr(scores[j] / total);
+        if (p === 0) continue;
+        for (let i = 0, va = kv + j * hd; i < hd; i++) ctx[i] += p * V[va + i];
+      }
+      for (let i = 0; i < hd; i++) O[qa + i] = ctx[i];
+    }
+  }
+}
+
+/** out = silu(g) * u over `n` float32 values; silu(x) = x / (1 + exp(-x)) in float64. */
+export function siluMul(G, U, O, n) {
+  for (let i = 0; i < n; i++) {
+    const g = G[i];
+    O[i] = fr(fr(g / (1 + Math.exp(-g))) * U[i]);
+  }
+}
