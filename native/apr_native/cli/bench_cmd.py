@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from apr_core.errors import AprError, ErrorCode
 
+from .. import backends
 from .common import emit_json, resolve_model
 
 RUNTIMES = ("apr", "llama.cpp", "torch")
@@ -39,7 +40,6 @@ Runner = Tuple[Callable[[List[int]], Any], Callable[[int], Any]]
 
 def _apr_runner(path: str, opts: Dict[str, Any]) -> Runner:
     from apr_core.model import Transformer
-    from apr_native import backends
     from apr_native.mmap_source import open_mmap
     opts["backend"] = backends.select(opts.get("backend"))
     model = Transformer.from_path(path, opener=None if opts.get("no_mmap") else open_mmap)
@@ -252,7 +252,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--decode-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3, help="timed runs (best is reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs first")
-    p.add_argument("--backend", choices=("auto", "numpy", "numba", "cuda"),
+    p.add_argument("--backend", choices=("auto",) + backends.NAMES,
                    help="apr kernel backend (default: $APR_BACKEND or auto)")
     p.add_argument("--threads", type=int, help="threads for every runtime (default: cores)")
     p.add_argument("--no-mmap", action="store_true", help="read weights instead of mapping")

@@ -66,6 +66,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from .run_cmd import add_runtime_arguments
     p = sub.add_parser("eval", help="perplexity on a local text file, as llama-perplexity "
                        "computes it")
     p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
@@ -74,9 +75,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ctx", type=int, default=512, help="tokens per chunk (default 512)")
     p.add_argument("--chunks", type=int, help="score at most this many chunks")
     p.add_argument("--max-ppl", type=float, help="exit 5 when the perplexity is above this")
-    p.add_argument("--dequantize", action="store_true",
-                   help="dequantize weights to f32 at load (faster, more memory)")
-    p.add_argument("--backend", choices=("auto", "numpy", "numba", "cuda"),
-                   help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
+    add_runtime_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_eval)

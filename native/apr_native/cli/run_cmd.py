@@ -8,6 +8,7 @@ import time
 from apr_core.pipeline import TextModel
 from apr_core.sampling import SamplerConfig
 
+from .. import backends
 from .common import emit_json, resolve_model
 
 
@@ -18,7 +19,6 @@ def sampler_from(args: argparse.Namespace) -> SamplerConfig:
 
 
 def load(args: argparse.Namespace) -> TextModel:
-    from apr_native import backends
     from apr_native.mmap_source import open_mmap
     start = time.perf_counter()
     args.backend = backends.select(args.backend)
@@ -86,9 +86,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--system", help="system prompt (chat)")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    add_runtime_arguments(p)
+
+
+def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
+    """--dequantize and --backend, for every command that loads a model to run it."""
     p.add_argument("--dequantize", action="store_true",
                    help="dequantize weights to f32 at load (faster, more memory)")
-    p.add_argument("--backend", choices=("auto", "numpy", "numba", "cuda"),
+    p.add_argument("--backend", choices=("auto",) + backends.NAMES,
                    help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
 
 

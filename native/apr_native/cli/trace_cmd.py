@@ -108,6 +108,7 @@ def _print(report: Dict[str, Any], args: argparse.Namespace, meanings: Dict[str,
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from .run_cmd import add_runtime_arguments
     p = sub.add_parser("trace", help="follow a prompt through the model layer by layer: "
                        "statistics, timing, anomalies, a diff against another model")
     p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
@@ -121,9 +122,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--export", metavar="TRACE.json", help="write the whole trace as JSON")
     p.add_argument("-f", "--force", action="store_true", help="overwrite --export's file")
     p.add_argument("--top", type=int, default=5, help="top predictions to show (default 5)")
-    p.add_argument("--dequantize", action="store_true",
-                   help="dequantize weights to f32 at load (faster, more memory)")
-    p.add_argument("--backend", choices=("auto", "numpy", "numba", "cuda"),
-                   help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
+    add_runtime_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_trace)
