@@ -20,3 +20,14 @@ def child_peak_rss_bytes(child_code: str, *args: str) -> int:
                           + list(args), capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split()[-1]) * 1024
+
+
+def model_run_rss(child_code: str, model_path: str):
+    """(file size, baseline peak, model-run peak) in bytes: `child_code` run without
+    arguments (the baseline), then with `model_path`; the numbers are printed."""
+    size = os.path.getsize(model_path)
+    baseline = child_peak_rss_bytes(child_code)
+    peak = child_peak_rss_bytes(child_code, model_path)
+    print("file {:.1f} MB, baseline {:.1f} MB, peak {:.1f} MB ({:.2f}x file above baseline)"
+          .format(size / 1e6, baseline / 1e6, peak / 1e6, (peak - baseline) / size))
+    return size, baseline, peak

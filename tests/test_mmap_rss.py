@@ -8,12 +8,11 @@ a prompt and greedily generates 8 tokens with the numba backend. The mapped weig
 count in RSS once touched, so this bounds "weights stay quantized" and "no copy of the
 file": a full float32 copy would add 4x the file, a second copy of the file 1x.
 """
-import os
 import sys
 
 import pytest
 
-from peak_rss import child_peak_rss_bytes
+from peak_rss import model_run_rss
 
 pytest.importorskip("numba")
 
@@ -41,15 +40,8 @@ if len(sys.argv) > 1:
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
-def peak_rss_bytes(*args):
-    return child_peak_rss_bytes(CHILD, *args)
-
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is KiB on Linux")
 def test_mmap_numba_generation_peak_rss_within_1_3x_file_size(smollm2_gguf):
-    size = os.path.getsize(smollm2_gguf)
-    baseline = peak_rss_bytes()
-    peak = peak_rss_bytes(smollm2_gguf)
-    print("file {:.1f} MB, baseline {:.1f} MB, peak {:.1f} MB ({:.2f}x file above baseline)"
-          .format(size / 1e6, baseline / 1e6, peak / 1e6, (peak - baseline) / size))
+    size, baseline, peak = model_run_rss(CHILD, smollm2_gguf)
     assert peak <= 1.3 * size + baseline

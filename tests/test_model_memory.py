@@ -10,12 +10,11 @@ and greedily generates 8 tokens. Each reports `ru_maxrss` (KiB on Linux) of itse
 Each child is started through `peak_rss.child_peak_rss_bytes`, whose launcher keeps this
 test process's own peak out of the child's `ru_maxrss`.
 """
-import os
 import sys
 
 import pytest
 
-from peak_rss import child_peak_rss_bytes
+from peak_rss import model_run_rss
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 
@@ -33,15 +32,8 @@ if len(sys.argv) > 1:
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
-def peak_rss_bytes(*args):
-    return child_peak_rss_bytes(CHILD, *args)
-
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is KiB on Linux")
 def test_quantized_smollm2_peak_rss_within_1_5x_file_size(smollm2_gguf):
-    size = os.path.getsize(smollm2_gguf)
-    baseline = peak_rss_bytes()
-    peak = peak_rss_bytes(smollm2_gguf)
-    print("file {:.1f} MB, baseline {:.1f} MB, peak {:.1f} MB ({:.2f}x file above baseline)"
-          .format(size / 1e6, baseline / 1e6, peak / 1e6, (peak - baseline) / size))
+    size, baseline, peak = model_run_rss(CHILD, smollm2_gguf)
     assert peak <= 1.5 * size + baseline
