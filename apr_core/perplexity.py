@@ -49,6 +49,7 @@ def perplexity(transformer: Any, ids: Sequence[int], n_ctx: int,
         n_chunks = min(n_chunks, max(1, int(max_chunks)))
     first = n_ctx // 2
     nll: List[np.ndarray] = []
+    total = 0.0                      # running NLL sum (every chunk scores as many tokens)
     for chunk in range(n_chunks):
         batch = tokens[chunk * n_ctx:(chunk + 1) * n_ctx].copy()       # [n_ctx]
         if bos_id is not None:
@@ -57,8 +58,9 @@ def perplexity(transformer: Any, ids: Sequence[int], n_ctx: int,
         # Position j predicts token j + 1; positions first .. n_ctx-2 are scored.
         logits = transformer.lm_head.matmul(hidden[first:n_ctx - 1])   # [n_ctx-1-first, V]
         nll.append(token_nll(logits, tokens[chunk * n_ctx + first + 1:(chunk + 1) * n_ctx]))
+        total += float(nll[-1].sum())
         if on_chunk is not None:
-            on_chunk(chunk + 1, n_chunks, math.exp(float(np.concatenate(nll).mean())))
+            on_chunk(chunk + 1, n_chunks, math.exp(total / ((chunk + 1) * nll[-1].size)))
     values = np.concatenate(nll)                                      # [scored]
     mean = float(values.mean())
     spread = float(values.var() / (values.size - 1)) if values.size > 1 else 0.0
