@@ -53,6 +53,18 @@ def tiny_disk(tmp_path):
         subprocess.run(["umount", str(mount_point)], check=False)
 
 
+@pytest.fixture(params=[1, 2], ids=["caller-only", "caller+worker"])
+def pool_threads(request, monkeypatch):
+    """The numba decode pool with 1 thread (the caller does every chunk) or 2 (a worker
+    takes some), its tasks cut into as many chunks as it allows so their edges are
+    exercised; the usual pool again afterwards."""
+    import numba
+    from apr_native.kernels import pool
+    monkeypatch.setattr(pool, "CHUNK_MIN_BYTES", 1)
+    yield pool.restart(request.param)
+    pool.restart(numba.get_num_threads())
+
+
 @pytest.fixture(autouse=True)
 def _kernel_backend_stays_per_test():
     """A test that selects a backend (directly, or through an in-process `apr` command,

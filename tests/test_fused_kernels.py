@@ -153,9 +153,7 @@ def quantized_linear(rng, name, shape, bias=None):
                                           (896, 4864, "Q5_0"),      # Qwen2.5's
                                           (512, 1024, "Q4_K"), (512, 1024, "Q6_K")])
 @pytest.mark.parametrize("tokens", [1, cpu.DOT_MAX_TOKENS + 2])
-@pytest.mark.parametrize("parallel", [True, False])
-def test_matmul_glu_within_activation_bound(d, d_ff, name, tokens, parallel, monkeypatch):
-    monkeypatch.setattr(cpu, "PARALLEL_MIN_BYTES", 0 if parallel else 1 << 40)
+def test_matmul_glu_within_activation_bound(d, d_ff, name, tokens, pool_threads):
     rng = np.random.default_rng(3)
     gate, wg = quantized_linear(rng, name, (d_ff, d))
     up, wu = quantized_linear(rng, name, (d_ff, d))

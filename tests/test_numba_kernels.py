@@ -72,9 +72,7 @@ def test_dequantize_rows_bit_exact_synthetic(name):
 
 
 @pytest.mark.parametrize("name", TYPES)
-@pytest.mark.parametrize("parallel", [True, False])
-def test_matvec_within_activation_quantization_bound(name, parallel, monkeypatch):
-    monkeypatch.setattr(cpu, "PARALLEL_MIN_BYTES", 0 if parallel else 1 << 40)
+def test_matvec_within_activation_quantization_bound(name, pool_threads):
     shape = (9, 768)
     dtype, data = synthetic(name, shape, seed=1)
     check_matvec(data, dtype, shape, np.random.default_rng(2), tokens=cpu.DOT_MAX_TOKENS)
@@ -143,23 +141,18 @@ def test_real_tensors(model, request):
 
 
 @pytest.mark.parametrize("names", [("Q4_1", "Q4_1", "Q8_0"), ("Q5_0", "Q4_K", "Q6_K")])
-@pytest.mark.parametrize("parallel", [True, False])
-def test_group_equals_one_by_one(names, parallel, monkeypatch):
-    """matvec_group (one region, chunks cut across weights of unequal rows and types)
-    gives each weight exactly its own matvec's result: the same row dots, whether the
-    weights run in parallel chunks or serially (small weights)."""
-    monkeypatch.setattr(cpu, "PARALLEL_MIN_BYTES", 0 if parallel else 1 << 40)
+def test_group_equals_one_by_one(names, pool_threads):
+    """A group (one pool task, chunks cut across weights of unequal rows and types)
+    gives each weight exactly its own matvec's result: the same row dots, whether a
+    worker takes chunks or the caller does them all."""
     from apr_core.model.weights import Linear
     shapes = [(37, 512), (5, 512), (70, 512)]
     parts = [synthetic(name, shape, seed=i) for i, (name, shape) in
              enumerate(zip(names, shapes))]
-    buffer = np.frombuffer(b"".join(data for _, data in parts), np.uint8)   # one mapping
-    linears, at = [], 0
-    for (dtype, data), shape in zip(parts, shapes):
-        linears.append(Linear(dtype.name, buffer[at:at + len(data)], dtype, shape))
-        at += len(data)
+    linears = [Linear(dtype.name, np.frombuffer(data, np.uint8), dtype, shape)
+               for (dtype, data), shape in zip(parts, shapes)]
     x = np.random.default_rng(7).standard_normal((2, 512)).astype(np.float32)
-    assert cpu._group_plan(linears)                 # the fused path is the one tested
+    assert cpu.weight_table(linears) is not None    # the fused path is the one tested
     grouped = cpu.numba_matmul_group(linears, x)
     for linear, got in zip(linears, grouped):
         want = cpu.numba_matmul(linear.data, linear.dtype, linear.shape, x, 0)

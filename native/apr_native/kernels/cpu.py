@@ -5,7 +5,8 @@
 Few tokens (decode, T <= `DOT_MAX_TOKENS`): activations are quantized to int16 per run of
 32 and every weight row is dotted block by block in integers (each block's products
 folded into one 8-lane float vector, summed once per row: `cpu_blocks.dot_rows`), rows
-cut into a few chunks per numba thread; the weights are read once, never dequantized. Accuracy: each activation moves by
+cut into chunks that the threads of `pool` take; the weights are read once, never
+dequantized. Accuracy: each activation moves by
 at most half a step, amax / 65534 of its run -- a relative error ~1e-5 on a row's dot, far
 below llama.cpp's 8-bit activations (amax / 254), so greedy tokens follow numpy's even at
 near ties (tests/test_numba_kernels.py bounds it, test_numba_parity.py checks tokens).
@@ -17,64 +18,23 @@ summation order.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from numba import config, njit, prange
 
+from . import pool
 from .common import BLOCKS, quantize_x
-from .cpu_blocks import dequantize_row, dot_rows
+from .cpu_blocks import dequantize_row
 
 # Above this many tokens a BLAS matmul on dequantized rows beats T integer dots per block.
 DOT_MAX_TOKENS = 4
 
 
-# Weights smaller than this run serially in decode: waking the passive OpenMP workers
-# costs ~50-100 us in this VM, more than a 0.5 MB matvec takes on one core (measured:
-# SmolLM2 decoded at 47 tok/s on 1 thread, 29 on 2 with every matvec parallel).
-PARALLEL_MIN_BYTES = 2 << 20
-
-# Parallel work is split into this many chunks per thread. A chunk runs a plain serial
-# loop (`cpu_blocks.dot_rows`): a prange over single rows compiled to a loop body that
-# ran 1.7x slower than the same loop serial, per thread. A few chunks per thread even
-# out rows of unequal cost across the weights of a group.
+# Prefill work is split into this many chunks per numba thread, each a plain serial loop
+# (`rows_times_tokens`): a prange over single rows compiled to a loop body that ran 1.7x
+# slower than the same loop serial, per thread.
 CHUNKS_PER_THREAD = 2
-
-
-@njit(parallel=True, cache=True)
-def matvec(kind, w, rows, nb, row_bytes, x, y, chunks):
-    """`y [T, rows]` = weight rows . `x [T, in]` quantized to int16, in `chunks` parallel
-    pieces."""
-    xq, xd, xs = quantize_x(x)
-    n = min(rows, chunks)
-    for c in prange(n):
-        r0, r1 = c * rows // n, (c + 1) * rows // n
-        dot_rows(kind, w, 0, r0, r1, nb, row_bytes, xq, xd, xs, y, r0)
-
-
-@njit(cache=True)
-def group_rows(table, w, xq, xd, xs, y, a, b):
-    """Serial: columns `a..b-1` of `y [T, sum of rows]` for the weights of `table [n, 5]`
-    rows (kind, byte offset in `w`, rows, blocks per row, row bytes), concatenated."""
-    first = 0
-    for g in range(table.shape[0]):
-        last = first + table[g, 2]
-        lo, hi = max(a, first), min(b, last)
-        if lo < hi:
-            dot_rows(table[g, 0], w, table[g, 1], lo - first, hi - first, table[g, 3],
-                     table[g, 4], xq, xd, xs, y, lo)
-        first = last
-
-
-@njit(parallel=True, cache=True)
-def matvec_group(table, w, x, y, chunks):
-    """Several weights in one parallel region (`group_rows`): chunks cut the
-    concatenated rows evenly; a chunk spanning two weights runs a piece of each."""
-    xq, xd, xs = quantize_x(x)
-    total = y.shape[1]
-    n = min(total, chunks)
-    for c in prange(n):
-        group_rows(table, w, xq, xd, xs, y, c * total // n, (c + 1) * total // n)
 
 
 @njit(fastmath=True, cache=True)
@@ -162,12 +122,9 @@ def numba_matmul(data: np.ndarray, dtype, shape: Tuple[int, int], x: np.ndarray,
     kind, nb, row_bytes = layout(dtype.name, shape)
     if x.shape[0] <= DOT_MAX_TOKENS:
         y = np.empty((x.shape[0], out_dim), np.float32)           # [T, out]
-        x = np.ascontiguousarray(x, np.float32)
-        if out_dim * row_bytes < PARALLEL_MIN_BYTES:
-            xq, xd, xs = quantize_x(x)
-            dot_rows(kind, data, 0, 0, out_dim, nb, row_bytes, xq, xd, xs, y, 0)
-        else:
-            matvec(kind, data, out_dim, nb, row_bytes, x, y, chunks())
+        workers = pool.get()
+        pool.dots_one(workers.ctl, workers.task, kind, data, out_dim, nb, row_bytes,
+                      np.ascontiguousarray(x, np.float32), y, workers.chunks(data.nbytes))
         return y
     # One parallel region over rows, no BLAS: numpy's BLAS runs its own thread pool, and
     # two pools taking turns on the same cores (each spinning while the other works)
@@ -178,64 +135,60 @@ def numba_matmul(data: np.ndarray, dtype, shape: Tuple[int, int], x: np.ndarray,
     return y
 
 
-def _root(a: np.ndarray) -> np.ndarray:
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
+def _row(linear: Any) -> Tuple[int, int, int, int, int]:
+    """`pool` weight-table row of a quantized Linear: kind, address, rows, nb, row bytes."""
+    kind, nb, row_bytes = layout(linear.dtype.name, linear.shape)
+    return kind, linear.data.__array_interface__["data"][0], linear.shape[0], nb, row_bytes
 
 
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+class WeightTable(NamedTuple):
+    """Quantized weights sharing an input, as one `pool` task sees them."""
+    table: np.ndarray         # [n, 5] int64: kind, address, rows, blocks/row, bytes/row
+    rows: int                 # their rows in all (columns of the task's `y`)
+    nbytes: int               # their weight bytes in all
 
 
-# tuple of Linear ids -> (the Linears, shared buffer, table, row splits); the Linears are
-# held so their ids stay theirs.
-_groups: Dict[Tuple[int, ...], Any] = {}
+# tuple of Linear ids -> (the Linears, their WeightTable or None when one is not a
+# quantized weight kept in memory); the Linears are held so their ids (and the
+# addresses in the table) stay theirs.
+_tables: Dict[Tuple[int, ...], Any] = {}
 
 
-def _group_plan(linears: Sequence[Any]) -> Any:
-    key = tuple(id(l) for l in linears)
-    plan = _groups.get(key)
-    if plan is not None:
-        return plan
-    plan = False
-    datas = [l.data for l in linears]
-    if all(d is not None and l.dtype.name in BLOCKS for d, l in zip(datas, linears)):
-        base = _root(datas[0])
-        # One buffer behind all of them (the mmap loader's views of one file mapping).
-        if all(_root(d) is base for d in datas) and base.dtype == np.uint8 and base.ndim == 1:
-            table = np.array([layout(l.dtype.name, l.shape)[:1] + (
-                _address(d) - _address(base), l.shape[0]) + layout(l.dtype.name, l.shape)[1:]
-                for l, d in zip(linears, datas)], np.int64)
-            ends = np.cumsum([l.shape[0] for l in linears]).tolist()
-            splits = list(zip([0] + ends[:-1], ends))                # column ranges in y
-            plan = (list(linears), base, table, splits)
-    _groups[key] = plan
-    return plan
+def weight_table(linears: Sequence[Any]) -> Optional[WeightTable]:
+    """The `pool` table of `linears` (cached), or None if one is not quantized in memory."""
+    key = tuple(map(id, linears))
+    entry = _tables.get(key)
+    if entry is None:
+        found = None
+        if all(l.data is not None and l.weight is None and l.dtype.name in BLOCKS
+               for l in linears):
+            table = np.array([_row(l) for l in linears], np.int64)
+            found = WeightTable(table, int(table[:, 2].sum()),
+                                int((table[:, 2] * table[:, 4]).sum()))
+        entry = _tables[key] = (list(linears), found)
+    return entry[1]
 
 
 def numba_matmul_group(linears: Sequence[Any], x: np.ndarray) -> List[np.ndarray]:
     """Kernel protocol for kind "matmul_group": quantized projections sharing the input
-    `x [T, in]`, mapped from one file, run as one kernel; anything else one by one."""
-    plan = _group_plan(linears) if x.shape[0] <= DOT_MAX_TOKENS else False
-    if not plan:
+    `x [T, in]` run as one pool task; anything else one by one."""
+    weights = weight_table(linears) if x.shape[0] <= DOT_MAX_TOKENS else None
+    if weights is None:
         return [linear.matmul(x) for linear in linears]
-    _, base, table, splits = plan
-    y = np.empty((x.shape[0], int(table[:, 2].sum())), np.float32)   # [T, sum out]
-    x = np.ascontiguousarray(x, np.float32)
-    if int((table[:, 2] * table[:, 4]).sum()) < PARALLEL_MIN_BYTES:
-        xq, xd, xs = quantize_x(x)
-        group_rows(table, base, xq, xd, xs, y, 0, y.shape[1])
-    else:
-        matvec_group(table, base, x, y, chunks())
-    outs = [y[:, a:b] for a, b in splits]                            # views, no copies
-    for i, linear in enumerate(linears):
-        if linear.bias is not None:
-            outs[i] = outs[i] + linear.bias
+    y = np.empty((x.shape[0], weights.rows), np.float32)            # [T, sum out]
+    workers = pool.get()
+    pool.dots(workers.ctl, workers.task, weights.table, np.ascontiguousarray(x, np.float32),
+              y, workers.chunks(weights.nbytes))
+    outs, first = [], 0
+    for linear in linears:                                           # views, no copies
+        out = y[:, first:first + linear.shape[0]]
+        outs.append(out if linear.bias is None else out + linear.bias)
+        first += linear.shape[0]
     return outs
 
 
 SUPPORTED = tuple(BLOCKS)
 
-__all__ = ["layout", "chunks", "group_rows", "PARALLEL_MIN_BYTES", "numba_matmul", "numba_matmul_group", "matvec_group", "dequantize", "quantized_x", "matvec", "dequantize_rows",
-           "DOT_MAX_TOKENS", "SUPPORTED"]
+__all__ = ["layout", "chunks", "numba_matmul", "numba_matmul_group", "weight_table",
+           "WeightTable",
+           "dequantize", "quantized_x", "dequantize_rows", "DOT_MAX_TOKENS", "SUPPORTED"]

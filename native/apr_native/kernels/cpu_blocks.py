@@ -3,7 +3,7 @@ row dequantized to float32, for each block type in `common.BLOCKS`.
 
 Row functions take the weight bytes `w` (flat uint8), the row's byte offset `o` and its
 block count `nb`. Activations come quantized by `common.quantize_activations`: codes
-`xq [n]` int16, scales `xd [n/32]` f32 and code sums `xs [n/32]` int32 for one token.
+`xq [T, n]` int16, scales `xd [T, n/32]` f32 and code sums `xs [T, n/32]` int32.
 A block's integer dot runs in `simd`; here only the per-block scale arithmetic remains:
 
   Q4_1/Q5_1  w = d q + m          -> xd (d isum + m xs)
@@ -38,31 +38,32 @@ def k4_scale_min(w, o, j):
 # --------------------------------------------------------------------------- dots
 
 @njit(inline="always", cache=True)
-def _k4_sub(kind, w, p, b, j, q, sd, ss, d, dmin, acc, mins):
+def _k4_sub(kind, w, p, b, j, xq, xd, xs, t, xo, d, dmin, acc, mins):
     """Sub-block `j` (a constant after inlining) of Q4_K/Q5_K block `b` at byte `p`."""
     size_qs = 16 if kind == 5 else 48
     sc, mn = k4_scale_min(w, p + 4, j)
     q_at, shift = p + size_qs + 32 * (j >> 1), 4 * (j & 1)
     xb = b * 8 + j
-    s = sd[xb] * (d * F32(sc))
+    sd = xd[t, xb]
+    s = sd * (d * F32(sc))
     if kind == 5:
-        acc = simd.acc_q4_k(w, q_at, shift, q, xb * 32, s, acc)
+        acc = simd.acc_q4_k(w, q_at, shift, xq, xo + xb * 32, s, acc)
     else:
-        acc = simd.acc_q5_k(w, q_at, shift, p + 16, j, q, xb * 32, s, acc)
-    return acc, mins - (dmin * F32(mn)) * (sd[xb] * F32(ss[xb]))
+        acc = simd.acc_q5_k(w, q_at, shift, p + 16, j, xq, xo + xb * 32, s, acc)
+    return acc, mins - (dmin * F32(mn)) * (sd * F32(xs[t, xb]))
 
 
 @njit(inline="always", cache=True)
-def _k4_pair(kind, w, ro, b, i, q, sd, ss, acc, mins):
+def _k4_pair(kind, w, ro, b, i, xq, xd, xs, t, xo, acc, mins):
     """Sub-blocks 2i and 2i + 1 of block `b` of a Q4_K/Q5_K row at byte `ro`."""
     p = ro + b * (144 if kind == 5 else 176)
     d, dmin = simd.load_f16x2(w, p)
-    acc, mins = _k4_sub(kind, w, p, b, 2 * i, q, sd, ss, d, dmin, acc, mins)
-    return _k4_sub(kind, w, p, b, 2 * i + 1, q, sd, ss, d, dmin, acc, mins)
+    acc, mins = _k4_sub(kind, w, p, b, 2 * i, xq, xd, xs, t, xo, d, dmin, acc, mins)
+    return _k4_sub(kind, w, p, b, 2 * i + 1, xq, xd, xs, t, xo, d, dmin, acc, mins)
 
 
 @njit(inline="always", cache=True)
-def _q6_run(w, ro, b, h, k, q, sd, acc):
+def _q6_run(w, ro, b, h, k, xq, xd, t, xo, acc):
     """Elements 128 h + 32 k .. +32 of Q6_K block `b` (row at byte `ro`): two groups of
     16 with their own int8 scales; `h`, `k` are constants after inlining."""
     p = ro + b * 210
@@ -71,10 +72,10 @@ def _q6_run(w, ro, b, h, k, q, sd, acc):
     qh = p + 128 + 32 * h
     g = 8 * h + 2 * k
     e = b * 256 + 128 * h + 32 * k
-    s = sd[e >> 5] * d
-    acc = simd.acc_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, q, e,
+    s = xd[t, e >> 5] * d
+    acc = simd.acc_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, xq, xo + e,
                         s * F32(np.int8(w[p + 192 + g])), acc)
-    return simd.acc_q6_k(w, ql + 16, 4 * (k >> 1), qh + 16, 2 * k, q, e + 16,
+    return simd.acc_q6_k(w, ql + 16, 4 * (k >> 1), qh + 16, 2 * k, xq, xo + e + 16,
                          s * F32(np.int8(w[p + 193 + g])), acc)
 
 
@@ -85,61 +86,66 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
 
     Each block adds `xd d` times its integer products to one 8-lane vector (`simd.acc_*`)
     and its min term to a scalar; the vector is summed once per row. The loops over rows
-    and tokens sit inside each type's branch: a call per row cost ~50 ns, a third of a
-    576-wide Q4_1 row."""
-    for r in range(r0, r1):
-        c = col + r - r0
-        ro = o + r * row_bytes
-        for t in range(xq.shape[0]):
-            q, sd, ss = xq[t], xd[t], xs[t]
+    sit inside each type's branch: a call per row cost ~50 ns, a third of a 576-wide Q4_1
+    row. Activations are addressed by flat offsets (`xo` + element) into the 2-D arrays,
+    never sliced: a slice per row is a reference-count increment and decrement, atomic
+    operations on a line both threads share."""
+    n_in = xq.shape[1]
+    for t in range(xq.shape[0]):
+        xo = t * n_in
+        for r in range(r0, r1):
+            c = col + r - r0
+            ro = o + r * row_bytes
             acc = simd.zero8()
             mins = F32(0.0)
             if kind == 0:                                      # Q4_0, 18 B
                 for b in range(nb):
                     p = ro + b * 18
                     d = simd.load_f16x2(w, p)[0]
-                    acc = simd.acc_q4_0(w, p + 2, q, b * 32, sd[b] * d, acc)
+                    acc = simd.acc_q4_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
             elif kind == 1:                                    # Q4_1, 20 B
                 for b in range(nb):
                     p = ro + b * 20
                     d, m = simd.load_f16x2(w, p)
-                    acc = simd.acc_q4_1(w, p + 4, q, b * 32, sd[b] * d, acc)
-                    mins += m * (sd[b] * F32(ss[b]))
+                    sd = xd[t, b]
+                    acc = simd.acc_q4_1(w, p + 4, xq, xo + b * 32, sd * d, acc)
+                    mins += m * (sd * F32(xs[t, b]))
             elif kind == 2:                                    # Q5_0, 22 B
                 for b in range(nb):
                     p = ro + b * 22
                     d = simd.load_f16x2(w, p)[0]
-                    acc = simd.acc_q5_0(w, p + 6, p + 2, q, b * 32, sd[b] * d, acc)
+                    acc = simd.acc_q5_0(w, p + 6, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
             elif kind == 3:                                    # Q5_1, 24 B
                 for b in range(nb):
                     p = ro + b * 24
                     d, m = simd.load_f16x2(w, p)
-                    acc = simd.acc_q5_1(w, p + 8, p + 4, q, b * 32, sd[b] * d, acc)
-                    mins += m * (sd[b] * F32(ss[b]))
+                    sd = xd[t, b]
+                    acc = simd.acc_q5_1(w, p + 8, p + 4, xq, xo + b * 32, sd * d, acc)
+                    mins += m * (sd * F32(xs[t, b]))
             elif kind == 4:                                    # Q8_0, 34 B
                 for b in range(nb):
                     p = ro + b * 34
                     d = simd.load_f16x2(w, p)[0]
-                    acc = simd.acc_q8_0(w, p + 2, q, b * 32, sd[b] * d, acc)
+                    acc = simd.acc_q8_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
             elif kind == 5 or kind == 6:                       # Q4_K 144 B, Q5_K 176 B
                 for b in range(nb):
                     # sub-blocks 2i and 2i + 1 share 32 code bytes (low, high nibbles);
                     # spelled out so every shift and scale index is a constant
-                    acc, mins = _k4_pair(kind, w, ro, b, 0, q, sd, ss, acc, mins)
-                    acc, mins = _k4_pair(kind, w, ro, b, 1, q, sd, ss, acc, mins)
-                    acc, mins = _k4_pair(kind, w, ro, b, 2, q, sd, ss, acc, mins)
-                    acc, mins = _k4_pair(kind, w, ro, b, 3, q, sd, ss, acc, mins)
+                    acc, mins = _k4_pair(kind, w, ro, b, 0, xq, xd, xs, t, xo, acc, mins)
+                    acc, mins = _k4_pair(kind, w, ro, b, 1, xq, xd, xs, t, xo, acc, mins)
+                    acc, mins = _k4_pair(kind, w, ro, b, 2, xq, xd, xs, t, xo, acc, mins)
+                    acc, mins = _k4_pair(kind, w, ro, b, 3, xq, xd, xs, t, xo, acc, mins)
             else:                                              # Q6_K, 210 B
                 for b in range(nb):
                     # 32-element runs (h, k), two 16-element scale groups each
-                    acc = _q6_run(w, ro, b, 0, 0, q, sd, acc)
-                    acc = _q6_run(w, ro, b, 0, 1, q, sd, acc)
-                    acc = _q6_run(w, ro, b, 0, 2, q, sd, acc)
-                    acc = _q6_run(w, ro, b, 0, 3, q, sd, acc)
-                    acc = _q6_run(w, ro, b, 1, 0, q, sd, acc)
-                    acc = _q6_run(w, ro, b, 1, 1, q, sd, acc)
-                    acc = _q6_run(w, ro, b, 1, 2, q, sd, acc)
-                    acc = _q6_run(w, ro, b, 1, 3, q, sd, acc)
+                    acc = _q6_run(w, ro, b, 0, 0, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 0, 1, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 0, 2, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 0, 3, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 1, 0, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 1, 1, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 1, 2, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 1, 3, xq, xd, t, xo, acc)
             y[t, c] = simd.hsum8(acc) + mins
 
 

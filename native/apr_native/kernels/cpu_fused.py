@@ -26,9 +26,7 @@ from numba import njit, prange
 
 from apr_core.model import fused
 
-from . import cpu
-from .common import BLOCKS, quantize_x
-from .cpu_blocks import dot_rows
+from . import cpu, pool
 
 F32 = np.float32
 
@@ -178,65 +176,28 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: i
     return out.reshape(t, n_heads * hd)
 
 
-@njit(cache=True)
-def _silu_mul(g, u, out):
-    """out = g / (1 + exp(-g)) * u, float32 (the reference's SiLU formula)."""
-    for t in range(g.shape[0]):
-        for i in range(g.shape[1]):
-            x = g[t, i]
-            out[t, i] = x / (F32(1.0) + np.exp(-x)) * u[t, i]
-
-
-@njit(cache=True)
-def _glu_rows(kind_g, w_g, kind_u, w_u, r0, r1, nb, row_bytes, xq, xd, xs, yg, yu, out):
-    """Serial: gate and up rows r0..r1-1, then SiLU(gate) * up on them."""
-    dot_rows(kind_g, w_g, 0, r0, r1, nb, row_bytes, xq, xd, xs, yg, r0)
-    dot_rows(kind_u, w_u, 0, r0, r1, nb, row_bytes, xq, xd, xs, yu, r0)
-    _silu_mul(yg[:, r0:r1], yu[:, r0:r1], out[:, r0:r1])
-
-
-@njit(parallel=True, cache=True)
-def _glu_matvec(kind_g, w_g, kind_u, w_u, rows, nb, row_bytes, x, yg, yu, out, chunks):
-    """`_glu_rows` over `chunks` pieces in one parallel region."""
-    xq, xd, xs = quantize_x(x)
-    n = min(rows, chunks)
-    for c in prange(n):
-        _glu_rows(kind_g, w_g, kind_u, w_u, c * rows // n, (c + 1) * rows // n, nb,
-                  row_bytes, xq, xd, xs, yg, yu, out)
-
-
-def _quantized(linear: Any) -> bool:
-    return linear.weight is None and linear.bias is None and linear.dtype.name in BLOCKS
-
-
 def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
-    """Kind "matmul_glu" (apr_core.model.fused): SiLU only; one parallel region for the
-    gate and up matvecs and the activation when both stay quantized in memory and have
-    the same shape and row layout."""
+    """Kind "matmul_glu" (apr_core.model.fused): SiLU only; one `pool` task for the gate
+    and up matvecs and the activation when both stay quantized in memory and have the
+    same shape."""
     if act != "silu":
         return fused.matmul_glu(gate, up, x, act)
     x = np.ascontiguousarray(x, np.float32)
     t = x.shape[0]
-    if t <= cpu.DOT_MAX_TOKENS and _quantized(gate) and _quantized(up) \
-            and gate.shape == up.shape:
-        kind_g, nb, row_bytes = cpu.layout(gate.dtype.name, gate.shape)
-        kind_u, nb_u, row_bytes_u = cpu.layout(up.dtype.name, up.shape)
-        if (nb, row_bytes) == (nb_u, row_bytes_u):
-            rows = gate.shape[0]
-            yg = np.empty((t, rows), np.float32)                    # [T, d_ff]
-            yu = np.empty((t, rows), np.float32)
-            out = np.empty((t, rows), np.float32)
-            if 2 * rows * row_bytes < cpu.PARALLEL_MIN_BYTES:
-                xq, xd, xs = quantize_x(x)
-                _glu_rows(kind_g, gate.data, kind_u, up.data, 0, rows, nb, row_bytes, xq, xd,
-                          xs, yg, yu, out)
-            else:
-                _glu_matvec(kind_g, gate.data, kind_u, up.data, rows, nb, row_bytes, x, yg,
-                            yu, out, cpu.chunks())
-            return out
+    weights = cpu.weight_table((gate, up)) if t <= cpu.DOT_MAX_TOKENS and \
+        gate.shape == up.shape and gate.bias is None and up.bias is None else None
+    if weights is not None:
+        rows = gate.shape[0]
+        yg = np.empty((t, rows), np.float32)                        # [T, d_ff]
+        yu = np.empty((t, rows), np.float32)
+        out = np.empty((t, rows), np.float32)
+        workers = pool.get()
+        pool.glu(workers.ctl, workers.task, weights.table, x, yg, yu, out,
+                 workers.chunks(weights.nbytes))
+        return out
     g, u = gate.matmul(x), up.matmul(x)                             # [T, d_ff] each
     out = np.empty_like(g)
-    _silu_mul(g, u, out)
+    pool.silu_mul(g, u, out)
     return out
 
 

@@ -1,0 +1,98 @@
+"""The numba decode pool (apr_native.kernels.pool): chunks claimed by the caller and a
+spinning worker give the caller-only result, task after task, whatever state the worker
+is in; the pool's threads stop when asked."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.native
+pytest.importorskip("numba")
+
+from apr_core.model.weights import Linear  # noqa: E402
+from apr_core import dtypes  # noqa: E402
+from apr_core.quant.api import quantize  # noqa: E402
+from apr_native.kernels import cpu, pool  # noqa: E402
+
+
+def linears(rng, specs):
+    out = []
+    for name, shape in specs:
+        dtype = dtypes.BY_NAME[name]
+        data = quantize(rng.standard_normal(shape).astype(np.float32), dtype)
+        out.append(Linear(name, np.frombuffer(data, np.uint8), dtype, shape))
+    return out
+
+
+@pytest.fixture
+def tasks():
+    """Groups whose chunk counts differ task to task: a worker late on one task must not
+    claim a chunk index of the next (larger) one under the old descriptor."""
+    rng = np.random.default_rng(0)
+    groups = [linears(rng, [("Q4_1", (64, 256))]),
+              linears(rng, [("Q8_0", (300, 256)), ("Q4_K", (40, 256))]),
+              linears(rng, [("Q6_K", (7, 256))])]
+    xs = [rng.standard_normal((1, 256)).astype(np.float32) for _ in range(4)]
+    return groups, xs
+
+
+def run_all(groups, xs, rounds):
+    out = []
+    for r in range(rounds):
+        for i, group in enumerate(groups):
+            out.append(np.concatenate(cpu.numba_matmul_group(group, xs[(r + i) % len(xs)]),
+                                      axis=1))
+    return out
+
+
+def test_many_tasks_with_a_worker_equal_caller_only(tasks, monkeypatch):
+    groups, xs = tasks
+    monkeypatch.setattr(pool, "CHUNK_MIN_BYTES", 1)       # many chunks per task
+    pool.restart(1)
+    want = run_all(groups, xs, 2)
+    workers = pool.restart(2)
+    try:
+        for _ in range(300):
+            got = run_all(groups, xs, 2)
+            for a, b in zip(got, want):
+                assert np.array_equal(a, b)
+        assert workers.chunks_by_workers() > 0      # the worker did take part
+    finally:
+        pool.restart(1)
+
+
+def test_a_sleeping_worker_costs_nothing(tasks, monkeypatch):
+    """A worker past its spin and patience polls every SLEEP_US: the caller takes the
+    chunks it does not, so every task still completes with the same result."""
+    groups, xs = tasks
+    monkeypatch.setattr(pool, "CHUNK_MIN_BYTES", 1)
+    pool.restart(1)
+    want = run_all(groups, xs, 1)
+    monkeypatch.setattr(pool, "SPIN", 0)
+    monkeypatch.setattr(pool, "PATIENCE", 0)
+    monkeypatch.setattr(pool, "SLEEP_US", 20000)
+    pool.restart(2)
+    try:
+        for _ in range(20):
+            for a, b in zip(run_all(groups, xs, 1), want):
+                assert np.array_equal(a, b)
+    finally:
+        monkeypatch.undo()
+        pool.restart(1)
+
+
+def test_stop_ends_the_worker_threads():
+    workers = pool.restart(3)
+    threads = list(workers.threads)
+    assert len(threads) == 2 and all(t.is_alive() for t in threads)
+    workers.stop()
+    assert not any(t.is_alive() for t in threads)
+    pool.restart(1)
+
+
+def test_chunks_grow_with_the_weights_up_to_a_cap():
+    workers = pool.restart(2)
+    try:
+        assert workers.chunks(1) == 1
+        assert workers.chunks(4 * pool.CHUNK_MIN_BYTES) == 4
+        assert workers.chunks(1 << 30) == 2 * pool.CHUNKS_PER_THREAD
+    finally:
+        pool.restart(1)
