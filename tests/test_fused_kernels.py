@@ -118,11 +118,11 @@ def attention_bound(q, k_cache, v_cache, n_keys, q_pos, scale, window):
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("tokens,n_keys,window", [
-    (1, 1, 0), (1, 37, 0), (1, 300, 0),      # decode: first step, short and long (parallel)
+    (1, 1, 0), (1, 37, 0), (1, 300, 0),      # decode: first step, short, long (pool task)
     (9, 40, 0),                              # prefill after a cached prefix
     (1, 37, 8), (9, 40, 4),                  # sliding window
 ])
-def test_attention_within_bound(shape, tokens, n_keys, window):
+def test_attention_within_bound(shape, tokens, n_keys, window, pool_threads):
     _, n_heads, n_kv, hd, _ = SHAPES[shape]
     rng = np.random.default_rng(n_keys)
     q = (rng.standard_normal((tokens, n_heads, hd)) * 4).astype(np.float32)

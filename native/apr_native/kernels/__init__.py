@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import os
 
-# numba's OpenMP pool spins between parallel regions by default. Decode runs hundreds of
-# short regions per token, and on a machine whose cores are also busy elsewhere a
-# spinning worker holds a core its sibling needs: measured here under load, 2 spinning
-# threads ran the SmolLM2 matvecs at 0.2 tok/s, passive ones at 28 tok/s (1 thread: 3).
-# Set before numba loads its OpenMP library; an explicit setting wins.
+# numba's OpenMP pool runs prefill (few, long parallel regions); decode's many short
+# tasks run on `pool`'s threads instead. OpenMP workers spin between regions by default,
+# and a spinning worker holds a core its sibling (or `pool`'s worker) needs: measured here
+# under load, 2 spinning threads ran the SmolLM2 matvecs at 0.2 tok/s, passive ones at
+# 28 tok/s. Set before numba loads its OpenMP library; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from numba.core import caching  # noqa: E402

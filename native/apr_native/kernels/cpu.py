@@ -123,7 +123,7 @@ def numba_matmul(data: np.ndarray, dtype, shape: Tuple[int, int], x: np.ndarray,
     if x.shape[0] <= DOT_MAX_TOKENS:
         y = np.empty((x.shape[0], out_dim), np.float32)           # [T, out]
         workers = pool.get()
-        pool.dots_one(workers.ctl, workers.task, kind, data, out_dim, nb, row_bytes,
+        pool.dots_one(*workers.shared, kind, data, out_dim, nb, row_bytes,
                       np.ascontiguousarray(x, np.float32), y, workers.chunks(data.nbytes))
         return y
     # One parallel region over rows, no BLAS: numpy's BLAS runs its own thread pool, and
@@ -177,7 +177,7 @@ def numba_matmul_group(linears: Sequence[Any], x: np.ndarray) -> List[np.ndarray
         return [linear.matmul(x) for linear in linears]
     y = np.empty((x.shape[0], weights.rows), np.float32)            # [T, sum out]
     workers = pool.get()
-    pool.dots(workers.ctl, workers.task, weights.table, np.ascontiguousarray(x, np.float32),
+    pool.dots(*workers.shared, weights.table, np.ascontiguousarray(x, np.float32),
               y, workers.chunks(weights.nbytes))
     outs, first = [], 0
     for linear in linears:                                           # views, no copies

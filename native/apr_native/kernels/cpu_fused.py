@@ -18,7 +18,6 @@ Accuracy against the numpy reference:
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -27,12 +26,13 @@ from numba import njit, prange
 from apr_core.model import fused
 
 from . import cpu, pool
+from .cpu_attention import attend
 
 F32 = np.float32
 
-# Attention work (query heads x queries x keys) above which heads run in parallel: a
-# parallel region costs ~15 us to wake the pool, a decode step over 100 keys ~10 us.
-ATTN_PARALLEL_WORK = 1 << 15
+# Attention work (query heads x queries x keys) above which query rows are split between
+# the `pool` threads: a task costs ~2 us, 9 heads over 100 keys ~10 us.
+ATTN_POOL_WORK = 1 << 10
 
 
 @njit(cache=True)
@@ -113,43 +113,13 @@ def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.nda
     return q_out
 
 
-@njit(fastmath={"reassoc", "contract"}, cache=True)
-def _attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores, out):
-    """One query row: `out [hd]` = softmax(q . k / scale over the visible keys) . v,
-    scores and softmax in float64 (`scores [n_keys]` scratch). `reassoc` lets the float64
-    dot vectorize; no flag here assumes finite values."""
-    hd = q.shape[2]
-    kv = head // (q.shape[1] // k_cache.shape[0])
-    p = q_pos[t]
-    hi = min(p, n_keys - 1)
-    lo = 0 if window <= 0 else max(0, p - window + 1)
-    best = -np.inf
-    for j in range(lo, hi + 1):
-        acc = 0.0
-        for i in range(hd):
-            acc += (float(q[t, head, i]) * scale) * float(k_cache[kv, j, i])
-        scores[j] = acc
-        best = max(best, acc)
-    total = 0.0
-    for j in range(lo, hi + 1):
-        e = math.exp(scores[j] - best)
-        scores[j] = e
-        total += e
-    for i in range(hd):
-        out[i] = F32(0.0)
-    for j in range(lo, hi + 1):
-        prob = F32(scores[j] / total)
-        for i in range(hd):
-            out[i] += prob * v_cache[kv, j, i]
-
-
 @njit(cache=True)
 def _attention_serial(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
     scores = np.empty(n_keys, np.float64)
     for t in range(q.shape[0]):
         for head in range(q.shape[1]):
-            _attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
-                    out[t, head])
+            attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
+                   out[t, head])
 
 
 @njit(parallel=True, cache=True)
@@ -158,8 +128,8 @@ def _attention_parallel(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
     for job in prange(q.shape[0] * n_heads):
         scores = np.empty(n_keys, np.float64)
         t, head = job // n_heads, job % n_heads
-        _attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
-                out[t, head])
+        attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
+               out[t, head])
 
 
 def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
@@ -169,10 +139,19 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: i
         return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
     t, n_heads, hd = q.shape
     out = np.empty((t, n_heads, hd), np.float32)                    # [T, H, hd]
-    run = _attention_parallel if t * n_heads * n_keys > ATTN_PARALLEL_WORK \
-        else _attention_serial
-    run(np.ascontiguousarray(q), k_cache, v_cache, int(n_keys),
-        np.ascontiguousarray(q_pos, np.int64), float(scale), int(window or 0), out)
+    q = np.ascontiguousarray(q)
+    q_pos = np.ascontiguousarray(q_pos, np.int64)
+    if t > cpu.DOT_MAX_TOKENS:        # prefill: beside numba's OpenMP matmuls, its pool
+        _attention_parallel(q, k_cache, v_cache, int(n_keys), q_pos, float(scale),
+                            int(window or 0), out)
+    elif t * n_heads * n_keys > ATTN_POOL_WORK and k_cache.flags.c_contiguous and \
+            v_cache.flags.c_contiguous:
+        workers = pool.get()
+        pool.attention(*workers.shared, q, k_cache, v_cache, int(n_keys), q_pos,
+                       float(scale), int(window or 0), out, workers.most_chunks())
+    else:
+        _attention_serial(q, k_cache, v_cache, int(n_keys), q_pos, float(scale),
+                          int(window or 0), out)
     return out.reshape(t, n_heads * hd)
 
 
@@ -192,7 +171,7 @@ def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
         yu = np.empty((t, rows), np.float32)
         out = np.empty((t, rows), np.float32)
         workers = pool.get()
-        pool.glu(workers.ctl, workers.task, weights.table, x, yg, yu, out,
+        pool.glu(*workers.shared, weights.table, x, yg, yu, out,
                  workers.chunks(weights.nbytes))
         return out
     g, u = gate.matmul(x), up.matmul(x)                             # [T, d_ff] each
@@ -210,4 +189,4 @@ KERNELS = {
 }
 
 __all__ = ["KERNELS", "rms_norm_add", "rope_store", "attention", "matmul_glu",
-           "ATTN_PARALLEL_WORK"]
+           "ATTN_POOL_WORK"]
