@@ -40,28 +40,47 @@ CHUNKS_PER_THREAD = 2
 @njit(fastmath=True, cache=True)
 def rows_times_tokens(kind, w, r0, r1, nb, row_bytes, x, y, tile):
     """Serial: `y[:, r0:r1]` = rows r0..r1-1 of W . `x [T, in]`. Four rows are
-    dequantized at a time into `tile [4, in]` (bit-exact) and each token's activations
-    are loaded once for all four: the sums run as four vector accumulators (fastmath lets
-    LLVM vectorize them, so their order differs from BLAS's: ~1e-6 relative)."""
-    n = x.shape[1]
+    dequantized at a time into `tile [4, in]` (bit-exact) and dotted with two tokens at
+    a time: eight vector accumulators, each load of a row or a token feeding two or four
+    FMAs (fastmath lets LLVM vectorize the sums, so their order differs from BLAS's:
+    ~1e-6 relative)."""
+    n, tokens = x.shape[1], x.shape[0]
     r = r0
     while r < r1:
         m = min(4, r1 - r)
         for j in range(m):
             dequantize_row(kind, w, (r + j) * row_bytes, nb, tile[j])
         if m == 4:
-            for t in range(x.shape[0]):
+            t = 0
+            while t + 1 < tokens:
+                a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
+                for i in range(n):
+                    xa, xb = x[t, i], x[t + 1, i]
+                    w0, w1, w2, w3 = tile[0, i], tile[1, i], tile[2, i], tile[3, i]
+                    a0 += w0 * xa
+                    a1 += w1 * xa
+                    a2 += w2 * xa
+                    a3 += w3 * xa
+                    b0 += w0 * xb
+                    b1 += w1 * xb
+                    b2 += w2 * xb
+                    b3 += w3 * xb
+                y[t, r], y[t, r + 1], y[t, r + 2], y[t, r + 3] = a0, a1, a2, a3
+                y[t + 1, r], y[t + 1, r + 1], y[t + 1, r + 2], y[t + 1, r + 3] = \
+                    b0, b1, b2, b3
+                t += 2
+            if t < tokens:
                 a0 = a1 = a2 = a3 = np.float32(0.0)
                 for i in range(n):
-                    xi = x[t, i]
-                    a0 += tile[0, i] * xi
-                    a1 += tile[1, i] * xi
-                    a2 += tile[2, i] * xi
-                    a3 += tile[3, i] * xi
+                    xa = x[t, i]
+                    a0 += tile[0, i] * xa
+                    a1 += tile[1, i] * xa
+                    a2 += tile[2, i] * xa
+                    a3 += tile[3, i] * xa
                 y[t, r], y[t, r + 1], y[t, r + 2], y[t, r + 3] = a0, a1, a2, a3
         else:
             for j in range(m):
-                for t in range(x.shape[0]):
+                for t in range(tokens):
                     acc = np.float32(0.0)
                     for i in range(n):
                         acc += tile[j, i] * x[t, i]
