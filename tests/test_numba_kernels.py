@@ -79,7 +79,7 @@ def test_matvec_within_activation_quantization_bound(name, pool_threads):
 
 
 @pytest.mark.parametrize("name", TYPES)
-def test_many_tokens_match_float_reference(name):
+def test_many_tokens_match_float_reference(name, pool_threads):
     """Prefill: exact weights, float32 activations: only summation order differs."""
     shape = (40, 512)
     dtype, data = synthetic(name, shape, seed=3)
@@ -141,17 +141,18 @@ def test_real_tensors(model, request):
 
 
 @pytest.mark.parametrize("names", [("Q4_1", "Q4_1", "Q8_0"), ("Q5_0", "Q4_K", "Q6_K")])
-def test_group_equals_one_by_one(names, pool_threads):
+@pytest.mark.parametrize("tokens", [2, cpu.DOT_MAX_TOKENS + 3])
+def test_group_equals_one_by_one(names, tokens, pool_threads):
     """A group (one pool task, chunks cut across weights of unequal rows and types)
-    gives each weight exactly its own matvec's result: the same row dots, whether a
-    worker takes chunks or the caller does them all."""
+    gives each weight exactly its own matmul's result: the same row dots (decode) or
+    row products (prefill), whether a worker takes chunks or the caller does them all."""
     from apr_core.model.weights import Linear
     shapes = [(37, 512), (5, 512), (70, 512)]
     parts = [synthetic(name, shape, seed=i) for i, (name, shape) in
              enumerate(zip(names, shapes))]
     linears = [Linear(dtype.name, np.frombuffer(data, np.uint8), dtype, shape)
                for (dtype, data), shape in zip(parts, shapes)]
-    x = np.random.default_rng(7).standard_normal((2, 512)).astype(np.float32)
+    x = np.random.default_rng(7).standard_normal((tokens, 512)).astype(np.float32)
     assert cpu.weight_table(linears) is not None    # the fused path is the one tested
     grouped = cpu.numba_matmul_group(linears, x)
     for linear, got in zip(linears, grouped):

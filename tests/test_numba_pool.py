@@ -96,3 +96,21 @@ def test_chunks_grow_with_the_weights_up_to_a_cap():
         assert workers.chunks(1 << 30) == 2 * pool.CHUNKS_PER_THREAD
     finally:
         pool.restart(1)
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q5_0", "Q4_K", "Q6_K"])
+def test_results_do_not_depend_on_how_rows_are_split(name):
+    """Decode dots and prefill products give the same bits with 1, 2 or 3 threads (8, 16
+    or 24 chunks, cut at rows that are not multiples of 4)."""
+    rng = np.random.default_rng(5)
+    (linear,) = linears(rng, [(name, (103, 512))])
+    xs = [rng.standard_normal((t, 512)).astype(np.float32) for t in (1, 3, 9)]
+    results = []
+    for threads in (1, 2, 3):
+        pool.restart(threads)
+        results.append([cpu.numba_matmul(linear.data, linear.dtype, linear.shape, x, 0)
+                        for x in xs])
+    pool.restart(1)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert np.array_equal(a, b)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
-from numba import config, njit, prange
+from numba import njit, prange
 
 from . import pool
 from .common import BLOCKS, quantize_x
@@ -31,84 +31,11 @@ from .cpu_blocks import dequantize_row
 DOT_MAX_TOKENS = 4
 
 
-# Prefill work is split into this many chunks per numba thread, each a plain serial loop
-# (`rows_times_tokens`): a prange over single rows compiled to a loop body that ran 1.7x
-# slower than the same loop serial, per thread.
-CHUNKS_PER_THREAD = 2
-
-
-@njit(fastmath=True, cache=True)
-def rows_times_tokens(kind, w, r0, r1, nb, row_bytes, x, y, tile):
-    """Serial: `y[:, r0:r1]` = rows r0..r1-1 of W . `x [T, in]`. Four rows are
-    dequantized at a time into `tile [4, in]` (bit-exact) and dotted with two tokens at
-    a time: eight vector accumulators, each load of a row or a token feeding two or four
-    FMAs (fastmath lets LLVM vectorize the sums, so their order differs from BLAS's:
-    ~1e-6 relative)."""
-    n, tokens = x.shape[1], x.shape[0]
-    r = r0
-    while r < r1:
-        m = min(4, r1 - r)
-        for j in range(m):
-            dequantize_row(kind, w, (r + j) * row_bytes, nb, tile[j])
-        if m == 4:
-            t = 0
-            while t + 1 < tokens:
-                a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
-                for i in range(n):
-                    xa, xb = x[t, i], x[t + 1, i]
-                    w0, w1, w2, w3 = tile[0, i], tile[1, i], tile[2, i], tile[3, i]
-                    a0 += w0 * xa
-                    a1 += w1 * xa
-                    a2 += w2 * xa
-                    a3 += w3 * xa
-                    b0 += w0 * xb
-                    b1 += w1 * xb
-                    b2 += w2 * xb
-                    b3 += w3 * xb
-                y[t, r], y[t, r + 1], y[t, r + 2], y[t, r + 3] = a0, a1, a2, a3
-                y[t + 1, r], y[t + 1, r + 1], y[t + 1, r + 2], y[t + 1, r + 3] = \
-                    b0, b1, b2, b3
-                t += 2
-            if t < tokens:
-                a0 = a1 = a2 = a3 = np.float32(0.0)
-                for i in range(n):
-                    xa = x[t, i]
-                    a0 += tile[0, i] * xa
-                    a1 += tile[1, i] * xa
-                    a2 += tile[2, i] * xa
-                    a3 += tile[3, i] * xa
-                y[t, r], y[t, r + 1], y[t, r + 2], y[t, r + 3] = a0, a1, a2, a3
-        else:
-            for j in range(m):
-                for t in range(tokens):
-                    acc = np.float32(0.0)
-                    for i in range(n):
-                        acc += tile[j, i] * x[t, i]
-                    y[t, r + j] = acc
-        r += m
-
-
-@njit(parallel=True, cache=True)
-def matmul_rows(kind, w, rows, nb, row_bytes, x, y, chunks):
-    """`y [T, rows]` = W `x [T, in]` in `chunks` parallel pieces of `rows_times_tokens`."""
-    n = min(rows, chunks)
-    for c in prange(n):
-        tile = np.empty((4, x.shape[1]), np.float32)               # [4, in], L1-resident
-        rows_times_tokens(kind, w, c * rows // n, (c + 1) * rows // n, nb, row_bytes, x, y,
-                          tile)
-
-
 @njit(parallel=True, cache=True)
 def dequantize_rows(kind, w, start, stop, nb, row_bytes, out):
     """Rows `start..stop` -> `out [stop - start, in]` float32."""
     for i in prange(stop - start):
         dequantize_row(kind, w, (start + i) * row_bytes, nb, out[i])
-
-
-def chunks() -> int:
-    """Parallel pieces for a kernel call: CHUNKS_PER_THREAD per thread numba may run
-    (its configured maximum: `numba.get_num_threads()` from Python costs ~10 us)."""
-    return config.NUMBA_NUM_THREADS * CHUNKS_PER_THREAD
 
 
 def layout(dtype_name: str, shape: Tuple[int, int]) -> Tuple[int, int, int]:
@@ -145,12 +72,13 @@ def numba_matmul(data: np.ndarray, dtype, shape: Tuple[int, int], x: np.ndarray,
         pool.dots_one(*workers.shared, kind, data, out_dim, nb, row_bytes,
                       np.ascontiguousarray(x, np.float32), y, workers.chunks(data.nbytes))
         return y
-    # One parallel region over rows, no BLAS: numpy's BLAS runs its own thread pool, and
-    # two pools taking turns on the same cores (each spinning while the other works)
-    # made a 32-token prefill 7x slower than either alone on this 2-core machine.
+    # One pool task over rows, no BLAS: numpy's BLAS runs its own thread pool, and two
+    # pools taking turns on the same cores (each spinning while the other works) made a
+    # 32-token prefill 7x slower than either alone on this 2-core machine.
     y = np.empty((x.shape[0], out_dim), np.float32)                # [T, out]
-    matmul_rows(kind, data, out_dim, nb, row_bytes, np.ascontiguousarray(x, np.float32), y,
-                chunks())
+    workers = pool.get()
+    pool.products_one(*workers.shared, kind, data, out_dim, nb, row_bytes,
+                      np.ascontiguousarray(x, np.float32), y, workers.row_chunks(out_dim))
     return y
 
 
@@ -191,13 +119,16 @@ def weight_table(linears: Sequence[Any]) -> Optional[WeightTable]:
 def numba_matmul_group(linears: Sequence[Any], x: np.ndarray) -> List[np.ndarray]:
     """Kernel protocol for kind "matmul_group": quantized projections sharing the input
     `x [T, in]` run as one pool task; anything else one by one."""
-    weights = weight_table(linears) if x.shape[0] <= DOT_MAX_TOKENS else None
+    weights = weight_table(linears)
     if weights is None:
         return [linear.matmul(x) for linear in linears]
     y = np.empty((x.shape[0], weights.rows), np.float32)            # [T, sum out]
     workers = pool.get()
-    pool.dots(*workers.shared, weights.table, np.ascontiguousarray(x, np.float32),
-              y, workers.chunks(weights.nbytes))
+    x = np.ascontiguousarray(x, np.float32)
+    if x.shape[0] <= DOT_MAX_TOKENS:
+        pool.dots(*workers.shared, weights.table, x, y, workers.chunks(weights.nbytes))
+    else:
+        pool.products(*workers.shared, weights.table, x, y, workers.row_chunks(weights.rows))
     outs, first = [], 0
     for linear in linears:                                           # views, no copies
         out = y[:, first:first + linear.shape[0]]

@@ -41,7 +41,7 @@ from . import atomics
 from .atomics import f32_at, i16_at, i32_at, i64_at, u8_at
 from .common import QBLOCK, quantize_x
 from .cpu_attention import attend
-from .cpu_blocks import dot_rows
+from .cpu_blocks import dot_rows, rows_times_tokens
 
 # Control words, a cache line (8 int64) apart: waiting threads read GEN and NEXT, so each
 # is kept off the lines the others write.
@@ -63,7 +63,8 @@ A_Q, A_K, A_V, A_OUT, A_POS, A_HEADS, A_HEAD_DIM, A_KV, A_CAP, A_KEYS, A_WINDOW 
     range(14, 25)
 TASK_WORDS = 32
 FARG_WORDS = 4
-TASK_DOTS, TASK_GLU, TASK_ATTENTION = 0, 1, 2
+TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
+X = 25                        # TASK_PRODUCTS: `x [T, in]` float32
 
 # Weight table columns (one row per weight): block kind, address, rows, blocks per row,
 # bytes per row.
@@ -84,8 +85,11 @@ CHUNKS_PER_THREAD = 8
 
 
 @njit(cache=True)
-def _row_dots(table, a, b, xq, xd, xs, y, column0):
-    """Rows `a..b-1` of the weights of `table` concatenated, into `y[:, column0 + ...]`."""
+def _table_rows(table, a, b, xq, xd, xs, x, tile, y, products):
+    """Rows `a..b-1` of the weights of `table` concatenated, into the same columns of `y`:
+    integer dots with `xq, xd, xs` (`cpu_blocks.dot_rows`), or with `products` float
+    products of dequantized rows with `x` (`cpu_blocks.rows_times_tokens`, `tile`
+    scratch)."""
     first = 0
     for g in range(table.shape[0]):
         rows, row_bytes = table[g, T_ROWS], table[g, T_ROW_BYTES]
@@ -93,8 +97,12 @@ def _row_dots(table, a, b, xq, xd, xs, y, column0):
         lo, hi = max(a, first), min(b, last)
         if lo < hi:
             w = carray(u8_at(table[g, T_ADDRESS]), rows * row_bytes)
-            dot_rows(table[g, T_KIND], w, 0, lo - first, hi - first, table[g, T_BLOCKS],
-                     row_bytes, xq, xd, xs, y, column0 + lo)
+            if products:
+                rows_times_tokens(table[g, T_KIND], w, 0, lo - first, hi - first,
+                                  table[g, T_BLOCKS], row_bytes, x, y, lo, tile)
+            else:
+                dot_rows(table[g, T_KIND], w, 0, lo - first, hi - first, table[g, T_BLOCKS],
+                         row_bytes, xq, xd, xs, y, lo)
         first = last
 
 
@@ -133,18 +141,25 @@ def run_chunk(task, fargs, c):
         _attention_jobs(task, fargs, a, b)
         return
     tokens, n_in = task[TOKENS], task[IN_DIM]
+    table = carray(i64_at(task[TABLE]), (task[WEIGHTS], TABLE_COLUMNS))
+    y = carray(f32_at(task[Y]), (tokens, task[Y_COLS]))
+    unused = np.empty((0, 0), np.float32)             # for arrays a task kind does not read
+    if task[KIND] == TASK_PRODUCTS:
+        x = carray(f32_at(task[X]), (tokens, n_in))
+        tile = np.empty((4, n_in), np.float32)                     # [4, in], L1-resident
+        _table_rows(table, a, b, np.empty((0, 0), np.int16), unused,
+                    np.empty((0, 0), np.int32), x, tile, y, True)
+        return
     xq = carray(i16_at(task[XQ]), (tokens, n_in))
     xd = carray(f32_at(task[XD]), (tokens, n_in // QBLOCK))
     xs = carray(i32_at(task[XS]), (tokens, n_in // QBLOCK))
-    table = carray(i64_at(task[TABLE]), (task[WEIGHTS], TABLE_COLUMNS))
-    y = carray(f32_at(task[Y]), (tokens, task[Y_COLS]))
     if task[KIND] == TASK_DOTS:
-        _row_dots(table, a, b, xq, xd, xs, y, 0)
+        _table_rows(table, a, b, xq, xd, xs, unused, unused, y, False)
     else:                                   # gate rows a..b into y, up rows into y_up
         y_up = carray(f32_at(task[Y_UP]), (tokens, total))
         out = carray(f32_at(task[Y_OUT]), (tokens, total))
-        _row_dots(table[0:1], a, b, xq, xd, xs, y, 0)
-        _row_dots(table[1:2], a, b, xq, xd, xs, y_up, 0)
+        _table_rows(table[0:1], a, b, xq, xd, xs, unused, unused, y, False)
+        _table_rows(table[1:2], a, b, xq, xd, xs, unused, unused, y_up, False)
         silu_mul(y[:, a:b], y_up[:, a:b], out[:, a:b])
 
 
@@ -225,12 +240,35 @@ def dots(ctl, task, fargs, table, x, y, chunks):
 
 
 @njit(cache=True)
-def dots_one(ctl, task, fargs, kind, w, rows, nb, row_bytes, x, y, chunks):
-    """`dots` for one weight `w` (its rows in `y [T, rows]`)."""
+def _one_table(kind, w, rows, nb, row_bytes):
+    """The weight table of one weight `w`."""
     table = np.empty((1, TABLE_COLUMNS), np.int64)
     table[0, T_KIND], table[0, T_ADDRESS], table[0, T_ROWS] = kind, w.ctypes.data, rows
     table[0, T_BLOCKS], table[0, T_ROW_BYTES] = nb, row_bytes
-    dots(ctl, task, fargs, table, x, y, chunks)
+    return table
+
+
+@njit(cache=True)
+def dots_one(ctl, task, fargs, kind, w, rows, nb, row_bytes, x, y, chunks):
+    """`dots` for one weight `w` (its rows in `y [T, rows]`)."""
+    dots(ctl, task, fargs, _one_table(kind, w, rows, nb, row_bytes), x, y, chunks)
+
+
+@njit(cache=True)
+def products(ctl, task, fargs, table, x, y, chunks):
+    """`y [T, sum of rows]` = the weights of `table` . `x [T, in]`, float32 products of
+    rows dequantized exactly (for many tokens)."""
+    task[KIND], task[TABLE], task[WEIGHTS] = TASK_PRODUCTS, table.ctypes.data, table.shape[0]
+    task[Y], task[Y_COLS], task[X] = y.ctypes.data, y.shape[1], x.ctypes.data
+    task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
+    task[CHUNKS], task[WORK] = min(chunks, y.shape[1]), y.shape[1]
+    _run(ctl, task, fargs)
+
+
+@njit(cache=True)
+def products_one(ctl, task, fargs, kind, w, rows, nb, row_bytes, x, y, chunks):
+    """`products` for one weight `w` (its rows in `y [T, rows]`)."""
+    products(ctl, task, fargs, _one_table(kind, w, rows, nb, row_bytes), x, y, chunks)
 
 
 @njit(cache=True)
@@ -290,6 +328,10 @@ class Pool:
     def chunks(self, weight_bytes: int) -> int:
         """Chunks for a task over `weight_bytes` of weights."""
         return max(1, min(self.most_chunks(), weight_bytes // CHUNK_MIN_BYTES))
+
+    def row_chunks(self, rows: int) -> int:
+        """Chunks for a task of many tokens over `rows` weight rows (4 rows at least)."""
+        return max(1, min(self.most_chunks(), rows // 4))
 
     def most_chunks(self) -> int:
         """Chunks for a task of many similar items (CHUNKS_PER_THREAD per thread)."""
