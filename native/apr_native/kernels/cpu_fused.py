@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from apr_core.model import fused
 
@@ -122,16 +122,6 @@ def _attention_serial(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
                    out[t, head])
 
 
-@njit(parallel=True, cache=True)
-def _attention_parallel(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
-    n_heads = q.shape[1]
-    for job in prange(q.shape[0] * n_heads):
-        scores = np.empty(n_keys, np.float64)
-        t, head = job // n_heads, job % n_heads
-        attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
-               out[t, head])
-
-
 def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
               q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
     """Kind "attention" (apr_core.model.fused)."""
@@ -141,10 +131,7 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: i
     out = np.empty((t, n_heads, hd), np.float32)                    # [T, H, hd]
     q = np.ascontiguousarray(q)
     q_pos = np.ascontiguousarray(q_pos, np.int64)
-    if t > cpu.DOT_MAX_TOKENS:        # prefill: beside numba's OpenMP matmuls, its pool
-        _attention_parallel(q, k_cache, v_cache, int(n_keys), q_pos, float(scale),
-                            int(window or 0), out)
-    elif t * n_heads * n_keys > ATTN_POOL_WORK and k_cache.flags.c_contiguous and \
+    if t * n_heads * n_keys > ATTN_POOL_WORK and k_cache.flags.c_contiguous and \
             v_cache.flags.c_contiguous:
         workers = pool.get()
         pool.attention(*workers.shared, q, k_cache, v_cache, int(n_keys), q_pos,
