@@ -120,3 +120,22 @@ def test_results_do_not_depend_on_how_rows_are_split(name):
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert np.array_equal(a, b)
+
+
+def test_weights_in_a_strided_view_are_read_correctly():
+    """Tasks address weights by pointer: a weight whose bytes are a strided view (every
+    other byte of a buffer) must give the result of the same bytes made contiguous."""
+    from apr_native import backends
+    backends.select("numba")               # the group falls back to Linear.matmul
+    rng = np.random.default_rng(9)
+    (linear,) = linears(rng, [("Q8_0", (40, 256))])
+    spread = np.zeros(2 * linear.data.size, np.uint8)
+    spread[::2] = linear.data
+    strided = Linear(linear.name, spread[::2], linear.dtype, linear.shape)
+    assert not strided.data.flags.c_contiguous
+    for tokens in (1, 7):
+        x = rng.standard_normal((tokens, 256)).astype(np.float32)
+        want = cpu.numba_matmul(linear.data, linear.dtype, linear.shape, x, 0)
+        assert np.array_equal(cpu.numba_matmul(strided.data, strided.dtype, strided.shape,
+                                               x, 0), want)
+        assert np.array_equal(cpu.numba_matmul_group([strided, strided], x)[1], want)

@@ -66,6 +66,7 @@ def numba_matmul(data: np.ndarray, dtype, shape: Tuple[int, int], x: np.ndarray,
     """Kernel protocol for kind "matmul" (see apr_core.model.weights.numpy_matmul)."""
     out_dim, in_dim = shape
     kind, nb, row_bytes = layout(dtype.name, shape)
+    data = np.ascontiguousarray(data)           # the pool's tasks address it by pointer
     if x.shape[0] <= DOT_MAX_TOKENS:
         y = np.empty((x.shape[0], out_dim), np.float32)           # [T, out]
         workers = pool.get()
@@ -108,7 +109,7 @@ def weight_table(linears: Sequence[Any]) -> Optional[WeightTable]:
     if entry is None:
         found = None
         if all(l.data is not None and l.weight is None and l.dtype.name in BLOCKS
-               for l in linears):
+               and l.data.flags.c_contiguous for l in linears):
             table = np.array([_row(l) for l in linears], np.int64)
             found = WeightTable(table, int(table[:, 2].sum()),
                                 int((table[:, 2] * table[:, 4]).sum()))
