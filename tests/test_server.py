@@ -29,6 +29,9 @@ API_KEY = "test-key-123"
 QUESTION = "What is the capital of France?"
 SHORT_PROMPT = "The capital of France is"
 MAX_QUEUE = 2
+# Tokens of a generation that must outlast what a test does meanwhile (several seconds even
+# at 100 tok/s; the server's --max-tokens allows it).
+LONG = 2048
 MAX_BODY = 65536
 APR = [sys.executable, "-c", "import sys; from apr_native.cli.main import main; "
        "sys.exit(main())"]
@@ -75,7 +78,7 @@ def server(smollm2_gguf, tmp_path_factory):
     process = subprocess.Popen(
         APR + ["serve", "demo", "--port", str(port), "--api-key", API_KEY, "--dequantize",
                "--max-queue", str(MAX_QUEUE), "--max-body", str(MAX_BODY),
-               "--max-tokens", "256"],
+               "--max-tokens", str(LONG)],
         env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     base = "http://127.0.0.1:{}".format(port)
     deadline = time.monotonic() + READY_TIMEOUT
@@ -285,7 +288,7 @@ def test_unknown_route_and_method(server):
 
 def _long_stream(server):
     """A streaming completion that would run for minutes if nobody stopped it."""
-    body = {"model": "demo", "prompt": "1, 2, 3, 4, 5,", "max_tokens": 256, "stream": True,
+    body = {"model": "demo", "prompt": "1, 2, 3, 4, 5,", "max_tokens": LONG, "stream": True,
             "temperature": 0}
     return server.http.stream("POST", "/v1/completions", json=body)
 
@@ -300,15 +303,15 @@ def test_disconnect_mid_stream_cancels_generation(server):
     # the connection is closed: the server must stop that generation and serve the next
     assert server.alive()
     assert server.metric("apr_cancelled_generations_total") == cancelled + 1
-    # had the abandoned generation run on, it alone would have made 256 tokens
-    assert server.metric("apr_generated_tokens_total") - generated < 256
+    # had the abandoned generation run on, it alone would have made LONG tokens
+    assert server.metric("apr_generated_tokens_total") - generated < LONG
     assert server.metric("apr_queue_depth") == 0
 
 
 def test_disconnect_before_a_non_streamed_answer_cancels_it(server):
     cancelled = server.metric("apr_cancelled_generations_total")
-    body = {"model": "demo", "prompt": "1, 2, 3, 4, 5,", "max_tokens": 256, "temperature": 0}
-    # the client gives up long before 256 tokens can be ready and closes its connection
+    body = {"model": "demo", "prompt": "1, 2, 3, 4, 5,", "max_tokens": LONG, "temperature": 0}
+    # the client gives up long before LONG tokens can be ready and closes its connection
     with pytest.raises(httpx.ReadTimeout):
         server.http.post("/v1/completions", json=body, timeout=httpx.Timeout(120, read=3))
     assert server.alive()
@@ -317,7 +320,8 @@ def test_disconnect_before_a_non_streamed_answer_cancels_it(server):
 
 def test_full_queue_is_429_and_server_recovers(server):
     with _long_stream(server) as running:
-        first = next(line for line in running.iter_lines() if line.startswith("data: "))
+        lines = running.iter_lines()   # kept: a dropped line iterator may close the stream
+        first = next(line for line in lines if line.startswith("data: "))
         assert first
         waiting = []        # fill the queue behind the running job
 
