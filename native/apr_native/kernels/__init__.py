@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 
-# numba's OpenMP pool runs prefill (few, long parallel regions); decode's many short
-# tasks run on `pool`'s threads instead. OpenMP workers spin between regions by default,
+# numba's OpenMP pool only dequantizes whole weights (`cpu.dequantize_rows`); matmuls and
+# attention run on `pool`'s threads. OpenMP workers spin between regions by default,
 # and a spinning worker holds a core its sibling (or `pool`'s worker) needs: measured here
 # under load, 2 spinning threads ran the SmolLM2 matvecs at 0.2 tok/s, passive ones at
 # 28 tok/s. Set before numba loads its OpenMP library; an explicit setting wins.
