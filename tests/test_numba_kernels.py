@@ -106,7 +106,8 @@ def test_activation_quantizer():
     codes = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int16)
     assert xq.dtype == np.int16 and np.array_equal(xq.reshape(3, 8, 32), codes)
     assert np.abs(xq).max() == 32767
-    assert np.array_equal(xs, codes.astype(np.int32).sum(axis=2))
+    assert xs.dtype == np.float32
+    assert np.array_equal(xs, d * codes.astype(np.int32).sum(axis=2).astype(np.float32))
 
 
 def real_tensors(path, rows=48):

@@ -43,9 +43,10 @@ XMAX = 32767.0
 
 @njit(cache=True)
 def quantize_activations(x, xq, xd, xs):
-    """`x [T, n]` f32 -> int16 codes `xq [T, n]`, scales `xd [T, n/32]` f32 and code sums
-    `xs [T, n/32]` int32, so that x ~= xd * xq per run of 32 (scale amax / 32767, round
-    half away from zero)."""
+    """`x [T, n]` f32 -> int16 codes `xq [T, n]`, scales `xd [T, n/32]` f32 and run sums
+    `xs [T, n/32]` f32 (the scale times the sum of the run's codes: what a block's min or
+    offset term multiplies, computed once here instead of in every weight row), so that
+    x ~= xd * xq per run of 32 (scale amax / 32767, round half away from zero)."""
     t_count, n = x.shape
     for t in range(t_count):
         for b in range(n // QBLOCK):
@@ -64,17 +65,17 @@ def quantize_activations(x, xq, xd, xs):
                 xq[t, base + j] = q
                 total += q
             xd[t, b] = d
-            xs[t, b] = total
+            xs[t, b] = d * np.float32(total)
 
 
 @njit(cache=True)
 def quantize_x(x):
-    """`x [T, n]` f32 -> new (codes int16 [T, n], scales f32 [T, n/32], sums int32
-    [T, n/32]) by `quantize_activations`; called inside the parallel kernels, before
-    their parallel loop, to save a dispatch and three allocations from Python per call."""
+    """`x [T, n]` f32 -> new (codes int16 [T, n], scales f32 [T, n/32], run sums f32
+    [T, n/32]) by `quantize_activations`; called inside the pool's task entries, to save
+    a dispatch and three allocations from Python per call."""
     t_count, n = x.shape
     xq = np.empty((t_count, n), np.int16)
     xd = np.empty((t_count, n // QBLOCK), np.float32)
-    xs = np.empty((t_count, n // QBLOCK), np.int32)
+    xs = np.empty((t_count, n // QBLOCK), np.float32)
     quantize_activations(x, xq, xd, xs)
     return xq, xd, xs

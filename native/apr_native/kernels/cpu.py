@@ -46,7 +46,8 @@ def layout(dtype_name: str, shape: Tuple[int, int]) -> Tuple[int, int, int]:
 
 
 def quantized_x(x: np.ndarray):
-    """`x [T, in]` f32 -> (codes int16 [T, in], scales f32 [T, in/32], sums int32 [T, in/32])."""
+    """`x [T, in]` f32 -> (codes int16 [T, in], scales f32 [T, in/32], run sums f32
+    [T, in/32]: scale times the run's code sum)."""
     return quantize_x(np.ascontiguousarray(x, np.float32))
 
 

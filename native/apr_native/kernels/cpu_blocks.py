@@ -3,11 +3,12 @@ row dequantized to float32, for each block type in `common.BLOCKS`.
 
 Row functions take the weight bytes `w` (flat uint8), the row's byte offset `o` and its
 block count `nb`. Activations come quantized by `common.quantize_activations`: codes
-`xq [T, n]` int16, scales `xd [T, n/32]` f32 and code sums `xs [T, n/32]` int32.
+`xq [T, n]` int16, scales `xd [T, n/32]` f32 and run sums `xs [T, n/32]` f32 (scale times
+code sum).
 A block's integer dot runs in `simd`; here only the per-block scale arithmetic remains:
 
-  Q4_1/Q5_1  w = d q + m          -> xd (d isum + m xs)
-  Q4_K/Q5_K  w = (d sc) q - dmin m -> xd ((d sc) isum - (dmin m) xs), per 32-element run
+  Q4_1/Q5_1  w = d q + m          -> xd d isum + m xs
+  Q4_K/Q5_K  w = (d sc) q - dmin m -> xd (d sc) isum - (dmin m) xs, per 32-element run
   others     w = d (q - offset)   -> xd d isum (the offset is taken off inside the vector)
 
 Dequantizing rows computes every float exactly as the numpy reference does (the scale
@@ -51,7 +52,7 @@ def _k4_sub(kind, w, p, b, j, xq, xd, xs, t, xo, d, dmin, acc, mins):
         acc = simd.acc_q4_k(w, q_at, shift, xq, xo + xb * 32, s, acc)
     else:
         acc = simd.acc_q5_k(w, q_at, shift, p + 16, j, xq, xo + xb * 32, s, acc)
-    return acc, mins - (dmin * F32(mn)) * (sd * F32(xs[t, xb]))
+    return acc, mins - (dmin * F32(mn)) * xs[t, xb]
 
 
 @njit(inline="always", cache=True)
@@ -110,7 +111,7 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
                     d, m = simd.load_f16x2(w, p)
                     sd = xd[t, b]
                     acc = simd.acc_q4_1(w, p + 4, xq, xo + b * 32, sd * d, acc)
-                    mins += m * (sd * F32(xs[t, b]))
+                    mins += m * xs[t, b]
             elif kind == 2:                                    # Q5_0, 22 B
                 for b in range(nb):
                     p = ro + b * 22
@@ -122,7 +123,7 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
                     d, m = simd.load_f16x2(w, p)
                     sd = xd[t, b]
                     acc = simd.acc_q5_1(w, p + 8, p + 4, xq, xo + b * 32, sd * d, acc)
-                    mins += m * (sd * F32(xs[t, b]))
+                    mins += m * xs[t, b]
             elif kind == 4:                                    # Q8_0, 34 B
                 for b in range(nb):
                     p = ro + b * 34

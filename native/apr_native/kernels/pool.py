@@ -41,7 +41,7 @@ import numpy as np
 from numba import carray, njit
 
 from . import atomics
-from .atomics import f32_at, i16_at, i32_at, i64_at, u8_at
+from .atomics import f32_at, i16_at, i64_at, u8_at
 from .common import QBLOCK, quantize_x
 from .cpu_attention import attend
 from .cpu_blocks import dot_rows, rows_times_tokens
@@ -150,12 +150,12 @@ def run_chunk(task, fargs, c):
     if task[KIND] == TASK_PRODUCTS:
         x = carray(f32_at(task[X]), (tokens, n_in))
         tile = np.empty((4, n_in), np.float32)                     # [4, in], L1-resident
-        _table_rows(table, a, b, np.empty((0, 0), np.int16), unused,
-                    np.empty((0, 0), np.int32), x, tile, y, True)
+        _table_rows(table, a, b, np.empty((0, 0), np.int16), unused, unused, x, tile, y,
+                    True)
         return
     xq = carray(i16_at(task[XQ]), (tokens, n_in))
     xd = carray(f32_at(task[XD]), (tokens, n_in // QBLOCK))
-    xs = carray(i32_at(task[XS]), (tokens, n_in // QBLOCK))
+    xs = carray(f32_at(task[XS]), (tokens, n_in // QBLOCK))
     if task[KIND] == TASK_DOTS:
         _table_rows(table, a, b, xq, xd, xs, unused, unused, y, False)
     else:                                   # gate rows a..b into y, up rows into y_up
