@@ -14,7 +14,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-I32, I64 = ir.IntType(32), ir.IntType(64)
+I32 = ir.IntType(32)
 ORDER = "seq_cst"
 
 

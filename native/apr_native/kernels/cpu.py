@@ -27,7 +27,8 @@ from . import pool
 from .common import BLOCKS, quantize_x
 from .cpu_blocks import dequantize_row
 
-# Above this many tokens a BLAS matmul on dequantized rows beats T integer dots per block.
+# Above this many tokens float products of dequantized rows (`cpu_blocks.rows_times_tokens`)
+# beat T integer dots per block.
 DOT_MAX_TOKENS = 4
 
 
@@ -141,6 +142,5 @@ def numba_matmul_group(linears: Sequence[Any], x: np.ndarray) -> List[np.ndarray
 
 SUPPORTED = tuple(BLOCKS)
 
-__all__ = ["layout", "chunks", "numba_matmul", "numba_matmul_group", "weight_table",
-           "WeightTable",
+__all__ = ["layout", "numba_matmul", "numba_matmul_group", "weight_table", "WeightTable",
            "dequantize", "quantized_x", "dequantize_rows", "DOT_MAX_TOKENS", "SUPPORTED"]
