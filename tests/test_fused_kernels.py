@@ -41,10 +41,6 @@ def restore_backend():
     backends.select("numpy")
 
 
-def test_every_fused_kind_has_a_numba_version():
-    assert set(cpu_fused.KERNELS) == set(fused.KINDS)
-
-
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("tokens", [1, 7])
 @pytest.mark.parametrize("residual", [True, False])

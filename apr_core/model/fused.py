@@ -13,6 +13,8 @@ in `transformer.py` is the same for every backend. Every kind is keyed by dtype 
     attention      (q [T,H,hd], k_cache, v_cache, n_keys, q_pos [T],      [T, H*hd]
                     scale, window)
     matmul_glu     (gate: Linear, up: Linear, x [T,d], act)                [T, d_ff]
+    decoder_block  (model: Transformer, block, x [T,d], positions [T],     [T, d]
+                    cache: KVCache, tables: {rope kind: (cos, sin)})
 
 - rms_norm_add: `s = x + a` (`x` itself when `a` is None), `h = rms_norm(s) * weight`.
 - rope_store: rotate the first `dim` features of every q and k head (neox: feature i pairs
@@ -21,6 +23,9 @@ in `transformer.py` is the same for every backend. Every kind is keyed by dtype 
 - attention: grouped-query attention of q over cached keys `0 .. n_keys-1`; key j is
   visible to the query at position p iff j <= p and (window == 0 or p - j < window).
 - matmul_glu: `ACTIVATION_FNS[act](gate.matmul(x)) * up.matmul(x)`.
+- decoder_block: one whole decoder layer, `model.run_block(...)` (which calls the kinds
+  above): a backend may run a layer it fully supports as one call, so a decode step does
+  not pay Python's per-call costs a dozen times per layer.
 All arrays float32 (q_pos int64). Overrides must give the reference's results up to
 float32 rounding, and fall back to the reference for cases they do not handle.
 """
@@ -69,12 +74,19 @@ def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
     return ACTIVATION_FNS[act](g) * u
 
 
+def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, cache: Any,
+                  tables: Any) -> np.ndarray:
+    """One decoder layer: the model's own definition (`Transformer.run_block`)."""
+    return model.run_block(block, x, positions, cache, tables)
+
+
 # kind -> numpy reference; THE list of fused kinds (backends override entries of it).
 KINDS = {
     "rms_norm_add": rms_norm_add,
     "rope_store": rope_store,
     "attention": cached_attention,
     "matmul_glu": matmul_glu,
+    "decoder_block": decoder_block,
 }
 
 for _kind, _fn in KINDS.items():
@@ -87,4 +99,4 @@ def kernel(kind: str) -> Any:
 
 
 __all__ = ["KINDS", "kernel", "rms_norm_add", "rope_store", "cached_attention",
-           "matmul_glu"]
+           "matmul_glu", "decoder_block"]

@@ -152,7 +152,7 @@ class Transformer:
             observe("token_embd", x)
         tables = {kind: rope.tables(positions) for kind, rope in self.ropes.items()}
         for block in self.blocks:
-            x = self._block(block, x, positions, cache, tables)
+            x = fused.kernel("decoder_block")(self, block, x, positions, cache, tables)
             if observe is not None:
                 observe("blk.{}".format(block.index), x)
         cache.advance(ids.size)
@@ -161,8 +161,12 @@ class Transformer:
             observe("output_norm", out)
         return out
 
-    def _block(self, block: Block, x: np.ndarray, positions: np.ndarray, cache: KVCache,
-               tables: Dict[str, Any]) -> np.ndarray:
+    def run_block(self, block: Block, x: np.ndarray, positions: np.ndarray, cache: KVCache,
+                  tables: Dict[str, Any]) -> np.ndarray:
+        """Decoder layer `block` on the residual stream `x [T, d]` at `positions [T]`
+        (its K and V stored in `cache` from `cache.length`; `tables` the RoPE cos/sin by
+        kind) -> the stream after it `[T, d]`. THE definition of a layer: the fused kind
+        "decoder_block" calls it unless a backend runs the whole layer itself."""
         cfg = self.config
         lin, norms = block.linears, block.norms
         _, h = _norm_add(norms["attn_norm"], x, None)                  # [T, d]

@@ -73,12 +73,12 @@ def threads() -> int:
 
 def _register_numba() -> None:
     import numba
-    from .kernels import cpu, cpu_fused
+    from .kernels import cpu, cpu_block, cpu_fused
     numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
     for name in cpu.SUPPORTED:
         registry.register("matmul", name, backend="numba")(cpu.numba_matmul)
     registry.register("matmul_group", "*", backend="numba")(cpu.numba_matmul_group)
-    for kind, kernel in cpu_fused.KERNELS.items():    # apr_core.model.fused's kinds
+    for kind, kernel in {**cpu_fused.KERNELS, **cpu_block.KERNELS}.items():  # model.fused's
         registry.register(kind, "*", backend="numba")(kernel)
 
 

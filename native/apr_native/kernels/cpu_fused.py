@@ -36,7 +36,7 @@ ATTN_POOL_WORK = 1 << 10
 
 
 @njit(cache=True)
-def _rms_rows(x, a, weight, eps, s, h):
+def rms_rows(x, a, weight, eps, s, h):
     """`s = x + a` (when `a` has rows), `h = s * (1 / sqrt(mean(s^2) + eps)) * weight`."""
     t_count, d = x.shape
     add = a.shape[0] > 0
@@ -51,7 +51,7 @@ def _rms_rows(x, a, weight, eps, s, h):
             h[t, i] = (s[t, i] * r) * weight[i]
 
 
-_NO_ROWS = np.zeros((0, 0), np.float32)
+NO_ROWS = np.zeros((0, 0), np.float32)
 
 
 def rms_norm_add(x: np.ndarray, a: Optional[np.ndarray], weight: np.ndarray, eps: float
@@ -62,12 +62,12 @@ def rms_norm_add(x: np.ndarray, a: Optional[np.ndarray], weight: np.ndarray, eps
     x = np.ascontiguousarray(x)
     s = np.empty_like(x) if a is not None else x                    # [T, d]
     h = np.empty_like(x)                                            # [T, d]
-    _rms_rows(x, _NO_ROWS if a is None else np.ascontiguousarray(a), weight, F32(eps), s, h)
+    rms_rows(x, NO_ROWS if a is None else np.ascontiguousarray(a), weight, F32(eps), s, h)
     return s, h
 
 
 @njit(cache=True)
-def _rotate_into(x, cos, sin, dim, neox, t, head, out):
+def rotate_into(x, cos, sin, dim, neox, t, head, out):
     """`out[:]` = head `x[t, head]` with its first `dim` features rotated."""
     half = dim // 2
     hd = x.shape[2]
@@ -86,12 +86,13 @@ def _rotate_into(x, cos, sin, dim, neox, t, head, out):
 
 
 @njit(cache=True)
-def _rope_store(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start, q_out):
+def rope_rows(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start, q_out):
+    """`q_out [T, H, hd]` = q rotated; k rotated and v into the caches at `start ..`."""
     for t in range(q.shape[0]):
         for head in range(q.shape[1]):
-            _rotate_into(q, cos, sin, dim, neox, t, head, q_out[t, head])
+            rotate_into(q, cos, sin, dim, neox, t, head, q_out[t, head])
         for head in range(k.shape[1]):
-            _rotate_into(k, cos, sin, dim, neox, t, head, k_cache[head, start + t])
+            rotate_into(k, cos, sin, dim, neox, t, head, k_cache[head, start + t])
             v_cache[head, start + t, :] = v[t, head]
 
 
@@ -104,22 +105,45 @@ def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.nda
             k_cache.flags.c_contiguous and v_cache.flags.c_contiguous):
         return fused.rope_store(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start)
     if cos is None:
-        cos = sin = _NO_ROWS
+        cos = sin = NO_ROWS
         dim = 0
     q_out = np.empty(q.shape, np.float32)                           # [T, H, hd]
-    _rope_store(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
-                np.ascontiguousarray(cos), np.ascontiguousarray(sin), dim, neox, k_cache,
-                v_cache, start, q_out)
+    rope_rows(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
+              np.ascontiguousarray(cos), np.ascontiguousarray(sin), dim, neox, k_cache,
+              v_cache, start, q_out)
     return q_out
 
 
 @njit(cache=True)
-def _attention_serial(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
+def attention_rows(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
+    """`out [T, H, hd]`: `attend` for every query row, on the calling thread."""
     scores = np.empty(n_keys, np.float64)
     for t in range(q.shape[0]):
         for head in range(q.shape[1]):
             attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
                    out[t, head])
+
+
+@njit(cache=True)
+def attention_into(ctl, task, fargs, q, k_cache, v_cache, n_keys, q_pos, scale, window,
+                   out, chunks):
+    """`out [T, H, hd]` = attention of `q [T, H, hd]` over the caches: a `pool` task of
+    `chunks` chunks, or on the calling thread when `chunks` is 0 (`attention_chunks`)."""
+    if chunks > 0:
+        pool.attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, q_pos, scale, window,
+                       out, chunks)
+    else:
+        attention_rows(q, k_cache, v_cache, n_keys, q_pos, scale, window, out)
+
+
+def attention_chunks(workers: pool.Pool, queries: int, n_keys: int, k_cache: np.ndarray,
+                     v_cache: np.ndarray) -> int:
+    """Chunks of the attention task for `queries` (token, head) rows over `n_keys` keys,
+    0 to run it on the calling thread (little work, or caches the pool cannot address)."""
+    if queries * n_keys > ATTN_POOL_WORK and k_cache.flags.c_contiguous and \
+            v_cache.flags.c_contiguous:
+        return workers.most_chunks()
+    return 0
 
 
 def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
@@ -129,16 +153,10 @@ def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: i
         return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
     t, n_heads, hd = q.shape
     out = np.empty((t, n_heads, hd), np.float32)                    # [T, H, hd]
-    q = np.ascontiguousarray(q)
-    q_pos = np.ascontiguousarray(q_pos, np.int64)
-    if t * n_heads * n_keys > ATTN_POOL_WORK and k_cache.flags.c_contiguous and \
-            v_cache.flags.c_contiguous:
-        workers = pool.get()
-        pool.attention(*workers.shared, q, k_cache, v_cache, int(n_keys), q_pos,
-                       float(scale), int(window or 0), out, workers.most_chunks())
-    else:
-        _attention_serial(q, k_cache, v_cache, int(n_keys), q_pos, float(scale),
-                          int(window or 0), out)
+    workers = pool.get()
+    attention_into(*workers.shared, np.ascontiguousarray(q), k_cache, v_cache, int(n_keys),
+                   np.ascontiguousarray(q_pos, np.int64), float(scale), int(window or 0),
+                   out, attention_chunks(workers, t * n_heads, n_keys, k_cache, v_cache))
     return out.reshape(t, n_heads * hd)
 
 

@@ -1,0 +1,203 @@
+"""numba CPU version of the fused kind "decoder_block" (apr_core.model.fused): a whole
+decoder layer of a few tokens (decode) as one compiled call.
+
+Why: a layer is a dozen kernel calls, and from Python each costs 5-15 us of wrapper code,
+dispatch and allocation -- 3.5 ms of SmolLM2-135M's 13 ms per decoded token went there,
+outside the matvecs. Here the layer runs the very kernels the separate kinds run (`pool`
+tasks for the projections and attention, `cpu_fused` loops for the norms and RoPE), in
+the reference's order with its roundings, so a layer's result is bit-identical to the
+kinds called one by one from `Transformer.run_block`.
+
+A layer runs here when it has: RMSNorms without bias before attention and MLP and no
+others (no q/k norms, no post-norms); q, k, v (or one fused qkv), o, gate, up and down
+weights quantized in memory (`cpu.weight_table`), biases on qkv, o and down only; a
+SiLU-gated MLP; float32 activations, RoPE tables and caches; at most
+`cpu.DOT_MAX_TOKENS` tokens. Any other layer (LayerNorm, Gemma's extra norms, dense
+weights, prefill) runs the model's own `run_block`.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+import numpy as np
+from numba import njit
+
+from apr_core.model import fused
+
+from . import cpu, pool
+from .cpu_fused import attention_chunks, attention_into, rms_rows, rope_rows, NO_ROWS
+
+F32 = np.float32
+_NO_BIAS = np.zeros(0, np.float32)
+
+# `shape` words of `decoder_step` (int64).
+(S_HEADS, S_KV_HEADS, S_HEAD_DIM, S_ROT_DIM, S_NEOX, S_START, S_WINDOW, S_QKV_CHUNKS,
+ S_O_CHUNKS, S_GLU_CHUNKS, S_DOWN_CHUNKS, S_ATTN_CHUNKS) = range(12)
+SHAPE_WORDS = 12
+
+
+@njit(cache=True)
+def _add_bias(y, bias):
+    """`y [T, n] += bias [n]` (nothing for an empty bias)."""
+    if bias.shape[0] > 0:
+        for t in range(y.shape[0]):
+            for i in range(y.shape[1]):
+                y[t, i] += bias[i]
+
+
+@njit(cache=True)
+def _project(ctl, task, fargs, table, bias, x, cols, chunks):
+    """`x [T, in]` . the weights of `table` (+ bias) -> `[T, cols]`."""
+    y = np.empty((x.shape[0], cols), np.float32)
+    pool.dots(ctl, task, fargs, table, x, y, chunks)
+    _add_bias(y, bias)
+    return y
+
+
+@njit(cache=True)
+def decoder_step(ctl, task, fargs, x, norm_weights, eps, qkv_table, qkv_bias, o_table,
+                 o_bias, glu_table, down_table, down_bias, shape, cos, sin, k_cache,
+                 v_cache, positions, scale):
+    """One layer on `x [T, d]` -> `[T, d]`, K and V stored at `shape[S_START] ..`.
+
+    `norm_weights [2, d]` and `eps [2]`: attention and MLP RMSNorms; tables and biases as
+    `cpu.weight_table` and the Linears hold them; `cos, sin [T, rot/2]`; caches
+    `[n_kv, cap, hd]`; `shape` the int64 words S_*."""
+    t_count, d = x.shape
+    heads, kv_heads, hd = shape[S_HEADS], shape[S_KV_HEADS], shape[S_HEAD_DIM]
+    q_dim, kv_dim = heads * hd, kv_heads * hd
+    start = shape[S_START]
+
+    s = np.empty_like(x)                                            # [T, d] each
+    h = np.empty_like(x)
+    rms_rows(x, NO_ROWS, norm_weights[0], eps[0], s, h)             # s: a copy of x
+    qkv = _project(ctl, task, fargs, qkv_table, qkv_bias, h, q_dim + 2 * kv_dim,
+                   shape[S_QKV_CHUNKS])                             # [T, q + 2 kv]
+    q = np.ascontiguousarray(qkv[:, :q_dim]).reshape((t_count, heads, hd))
+    k = np.ascontiguousarray(qkv[:, q_dim:q_dim + kv_dim]).reshape((t_count, kv_heads, hd))
+    v = np.ascontiguousarray(qkv[:, q_dim + kv_dim:]).reshape((t_count, kv_heads, hd))
+    q_rot = np.empty((t_count, heads, hd), np.float32)              # [T, H, hd]
+    rope_rows(q, k, v, cos, sin, shape[S_ROT_DIM], shape[S_NEOX] != 0, k_cache, v_cache,
+              start, q_rot)
+    att = np.empty((t_count, heads, hd), np.float32)                # [T, H, hd]
+    attention_into(ctl, task, fargs, q_rot, k_cache, v_cache, start + t_count, positions,
+                   scale, shape[S_WINDOW], att, shape[S_ATTN_CHUNKS])
+    o = _project(ctl, task, fargs, o_table, o_bias, att.reshape((t_count, q_dim)), d,
+                 shape[S_O_CHUNKS])                                 # [T, d]
+
+    rms_rows(x, o, norm_weights[1], eps[1], s, h)                   # s = x + o
+    ff = glu_table[0, pool.T_ROWS]
+    gate = np.empty((t_count, ff), np.float32)                      # [T, d_ff] each
+    up = np.empty((t_count, ff), np.float32)
+    m = np.empty((t_count, ff), np.float32)
+    pool.glu(ctl, task, fargs, glu_table, h, gate, up, m, shape[S_GLU_CHUNKS])
+    down = _project(ctl, task, fargs, down_table, down_bias, m, d, shape[S_DOWN_CHUNKS])
+    return s + down
+
+
+class LayerPlan(NamedTuple):
+    """What `decoder_step` needs of one layer that does not change between calls."""
+    norm_weights: np.ndarray       # [2, d] float32: attention, MLP RMSNorm weights
+    eps: np.ndarray                # [2] float32
+    qkv: cpu.WeightTable
+    qkv_bias: np.ndarray           # [q + 2 kv] float32, or empty
+    o: cpu.WeightTable
+    o_bias: np.ndarray
+    glu: cpu.WeightTable           # gate, up
+    down: cpu.WeightTable
+    down_bias: np.ndarray
+    rope_kind: str                 # "full" or "sliding" (the model's RoPE tables)
+    window: int                    # sliding window, 0 for none
+
+
+def _bias(linears) -> np.ndarray:
+    """The concatenated biases of `linears` (zeros where one has none), or empty."""
+    if all(l.bias is None for l in linears):
+        return _NO_BIAS
+    return np.concatenate([np.zeros(l.shape[0], np.float32) if l.bias is None
+                           else np.asarray(l.bias, np.float32) for l in linears])
+
+
+def layer_plan(model: Any, block: Any) -> Optional[LayerPlan]:
+    """The plan of `block`, or None when `decoder_step` does not handle the layer."""
+    cfg, lin, norms = model.config, block.linears, block.norms
+    attn_norm, ffn_norm = norms.get("attn_norm"), norms.get("ffn_norm")
+    if block.q_norm is not None or block.k_norm is not None or cfg.act != "silu" or any(
+            norms.get(n) is not None for n in ("post_attn_norm", "post_ffn_norm")):
+        return None
+    if any(n is None or n.kind != "rms" or n.bias is not None for n in (attn_norm, ffn_norm)):
+        return None
+    qkv = [lin["qkv"]] if lin.get("qkv") is not None else [lin.get(n) for n in "qkv"]
+    gate, up, o, down = (lin.get(n) for n in ("gate", "up", "o", "down"))
+    if any(l is None for l in qkv + [gate, up, o, down]) or gate.shape != up.shape or \
+            gate.bias is not None or up.bias is not None:
+        return None
+    tables = [cpu.weight_table(group) for group in (qkv, [o], [gate, up], [down])]
+    if any(table is None for table in tables):
+        return None
+    if sum(l.shape[0] for l in qkv) != cfg.q_dim + 2 * cfg.kv_dim or \
+            o.shape[0] != cfg.d_model or down.shape[0] != cfg.d_model:
+        return None
+    return LayerPlan(
+        np.stack([attn_norm.weight, ffn_norm.weight]).astype(np.float32),
+        np.array([attn_norm.eps, ffn_norm.eps], np.float32),
+        tables[0], _bias(qkv), tables[1], _bias([o]), tables[2], tables[3], _bias([down]),
+        "sliding" if block.sliding else "full",
+        int((cfg.sliding_window if block.sliding else None) or 0))
+
+
+# block -> (its plan or None,); forgotten with the block.
+_plans: "weakref.WeakKeyDictionary[Any, Tuple[Optional[LayerPlan]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _plan_of(model: Any, block: Any) -> Optional[LayerPlan]:
+    entry = _plans.get(block)
+    if entry is None:
+        entry = _plans[block] = (layer_plan(model, block),)
+    return entry[0]
+
+
+def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, cache: Any,
+                  tables: Dict[str, Any]) -> np.ndarray:
+    """Kind "decoder_block" (apr_core.model.fused)."""
+    plan = _plan_of(model, block)
+    t = x.shape[0]
+    if plan is None or t > cpu.DOT_MAX_TOKENS or x.dtype != np.float32:
+        return fused.decoder_block(model, block, x, positions, cache, tables)
+    k_cache, v_cache = cache.layer(block.index)                     # [n_kv, cap, hd]
+    rope = model.ropes.get(plan.rope_kind)
+    if rope is None:
+        cos = sin = NO_ROWS
+    else:
+        cos, sin = tables[plan.rope_kind]                           # [T, rot/2] each
+    if k_cache.dtype != np.float32 or v_cache.dtype != np.float32 or cos.dtype != np.float32 \
+            or not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous):
+        return fused.decoder_block(model, block, x, positions, cache, tables)
+    cfg = model.config
+    workers = pool.get()
+    shape = np.empty(SHAPE_WORDS, np.int64)
+    shape[S_HEADS], shape[S_KV_HEADS], shape[S_HEAD_DIM] = (cfg.n_heads, cfg.n_kv_heads,
+                                                            cfg.head_dim)
+    shape[S_ROT_DIM] = 0 if rope is None else rope.dim
+    shape[S_NEOX] = rope is not None and rope.style == "neox"
+    shape[S_START], shape[S_WINDOW] = cache.length, plan.window
+    shape[S_QKV_CHUNKS] = workers.chunks(plan.qkv.nbytes)
+    shape[S_O_CHUNKS] = workers.chunks(plan.o.nbytes)
+    shape[S_GLU_CHUNKS] = workers.chunks(plan.glu.nbytes)
+    shape[S_DOWN_CHUNKS] = workers.chunks(plan.down.nbytes)
+    shape[S_ATTN_CHUNKS] = attention_chunks(workers, t * cfg.n_heads, cache.length + t,
+                                            k_cache, v_cache)
+    return decoder_step(*workers.shared, np.ascontiguousarray(x), plan.norm_weights,
+                        plan.eps, plan.qkv.table, plan.qkv_bias, plan.o.table, plan.o_bias,
+                        plan.glu.table, plan.down.table, plan.down_bias, shape,
+                        np.ascontiguousarray(cos), np.ascontiguousarray(sin), k_cache,
+                        v_cache, np.ascontiguousarray(positions, np.int64),
+                        float(model.attn_scale))
+
+
+# kind -> numba version (registered by apr_native.backends for backend "numba").
+KERNELS = {"decoder_block": decoder_block}
+
+__all__ = ["KERNELS", "decoder_block", "decoder_step", "layer_plan", "LayerPlan"]
