@@ -26,7 +26,7 @@ from numba import njit
 from apr_core.model import fused
 
 from . import cpu, pool
-from .cpu_attention import attend
+from .cpu_attention import attend, attend_scratch
 
 F32 = np.float32
 
@@ -117,10 +117,10 @@ def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.nda
 @njit(cache=True)
 def attention_rows(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
     """`out [T, H, hd]`: `attend` for every query row, on the calling thread."""
-    scores = np.empty(n_keys, np.float64)
+    scratch = attend_scratch(n_keys, q.shape[2])
     for t in range(q.shape[0]):
         for head in range(q.shape[1]):
-            attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scores,
+            attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scratch,
                    out[t, head])
 
 

@@ -43,7 +43,7 @@ from numba import carray, njit
 from . import atomics
 from .atomics import f32_at, i16_at, i64_at, u8_at
 from .common import QBLOCK, quantize_x
-from .cpu_attention import attend
+from .cpu_attention import attend, attend_scratch
 from .cpu_blocks import dot_rows, rows_times_tokens
 
 # Control words, a cache line (8 int64) apart: waiting threads read GEN and NEXT, so each
@@ -128,11 +128,11 @@ def _attention_jobs(task, fargs, a, b):
     v_cache = carray(f32_at(task[A_V]), (n_kv, cap, hd))
     out = carray(f32_at(task[A_OUT]), (tokens, heads, hd))
     q_pos = carray(i64_at(task[A_POS]), tokens)
-    scores = np.empty(n_keys, np.float64)
+    scratch = attend_scratch(n_keys, hd)
     for job in range(a, b):
         t, head = job // heads, job % heads
         attend(q, k_cache, v_cache, n_keys, q_pos, fargs[0], task[A_WINDOW], t, head,
-               scores, out[t, head])
+               scratch, out[t, head])
 
 
 @njit(cache=True)
