@@ -23,8 +23,8 @@ def attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scratch, 
     float64 dot vectorize; no flag here assumes finite values.
 
     The scaled query is widened to float64 once (not once per key), and the V sum runs
-    in a local array the compiler knows aliases nothing, so it vectorizes (an `out` that
-    might overlap the cache kept it scalar): 32 -> 20 us for 9 heads over 100 keys."""
+    in a scratch array apart from the caches, so it vectorizes (an `out` that
+    might overlap the cache kept it scalar): 9 heads over 100 keys 19.5 -> 16.4 us."""
     hd = q.shape[2]
     kv = head // (q.shape[1] // k_cache.shape[0])
     p = q_pos[t]
