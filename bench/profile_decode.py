@@ -4,7 +4,9 @@
 
 Loads the model with the mmap loader, prefills a short prompt, then profiles `--steps`
 one-token forward passes and prints the share of time in quantized matmuls (the kernel
-registry), attention, norms/RoPE/activations and everything else (Python glue).
+registry), attention, norms/RoPE/activations and everything else (Python glue). Under
+numba a supported layer is one compiled call (the kind "decoder_block"): its time shows
+as "one-call layers", all its matvecs, attention and norms inside.
 Not a test: no assertions.
 """
 import argparse
@@ -19,7 +21,9 @@ sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "native")]
 
 # group -> function names whose cumulative time counts, outermost calls only: a call made
 # from another function of the same group is already inside that one's time.
-GROUPS = (("matmul kernels", ("matmul_group", "matmul")),
+# A name "file.py:function" matches that file's function only.
+GROUPS = (("one-call layers", ("cpu_block.py:decoder_block",)),
+          ("matmul kernels", ("matmul_group", "matmul")),
           ("gate/up + act", ("matmul_glu",)),
           ("attention", ("attention", "cached_attention")),
           ("norm/rope/act", ("rms_norm", "rms_norm_add", "layer_norm", "apply", "rotate",
@@ -30,11 +34,14 @@ GROUPS = (("matmul kernels", ("matmul_group", "matmul")),
 
 def outermost(stats, names):
     """Cumulative seconds of calls to `names` not made from another of `names`."""
+    def named(path, fn):
+        return fn in names or "{}:{}".format(os.path.basename(path), fn) in names
+
     total = 0.0
-    for (_, _, fn), (_, _, _, _, callers) in stats.items():
-        if fn in names:
-            total += sum(ct for (_, _, caller), (_, _, _, ct) in callers.items()
-                         if caller not in names)
+    for (path, _, fn), (_, _, _, _, callers) in stats.items():
+        if named(path, fn):
+            total += sum(ct for (caller_path, _, caller), (_, _, _, ct) in callers.items()
+                         if not named(caller_path, caller))
     return total
 
 
