@@ -40,45 +40,41 @@ def k4_scale_min(w, o, j):
 # --------------------------------------------------------------------------- dots
 
 @njit(inline="always", cache=True)
-def _k4_sub(kind, w, p, b, j, xq, xd, xs, t, xo, d, dmin, acc, mins):
-    """Sub-block `j` (a constant after inlining) of Q4_K/Q5_K block `b` at byte `p`."""
-    size_qs = 16 if kind == 5 else 48
-    sc, mn = k4_scale_min(w, p + 4, j)
-    q_at, shift = p + size_qs + 32 * (j >> 1), 4 * (j & 1)
-    xb = b * 8 + j
-    sd = xd[t, xb]
-    s = sd * (d * F32(sc))
-    if kind == 5:
-        acc = simd.acc_q4_k(w, q_at, shift, xq, xo + xb * 32, s, acc)
-    else:
-        acc = simd.acc_q5_k(w, q_at, shift, p + 16, j, xq, xo + xb * 32, s, acc)
-    return acc, mins - (dmin * F32(mn)) * xs[t, xb]
-
-
-@njit(inline="always", cache=True)
-def _k4_pair(kind, w, ro, b, i, xq, xd, xs, t, xo, acc, mins):
-    """Sub-blocks 2i and 2i + 1 of block `b` of a Q4_K/Q5_K row at byte `ro`."""
+def _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8):
+    """Block `b` of a Q4_K/Q5_K row at byte `ro`: its eight scales and mins decoded as
+    vectors (`simd.k4_scales8`, scales into `sc [8]`), then its eight 32-element runs;
+    sub-blocks 2i and 2i + 1 share 32 code bytes (low, high nibbles), spelled out so
+    every shift is a constant."""
     p = ro + b * (144 if kind == 5 else 176)
+    q_at = p + (16 if kind == 5 else 48)
     d, dmin = simd.load_f16x2(w, p)
-    acc, mins = _k4_sub(kind, w, p, b, 2 * i, xq, xd, xs, t, xo, d, dmin, acc, mins)
-    return _k4_sub(kind, w, p, b, 2 * i + 1, xq, xd, xs, t, xo, d, dmin, acc, mins)
+    mins8 = simd.add8(mins8, simd.k4_scales8(w, p + 4, d, dmin, xd, xs,
+                                             t * xd.shape[1] + b * 8, sc))
+    xb = xo + b * 256
+    for i in range(4):
+        for half in range(2):
+            j = 2 * i + half
+            if kind == 5:
+                acc = simd.acc_q4_k(w, q_at + 32 * i, 4 * half, xq, xb + 32 * j, sc[j], acc)
+            else:
+                acc = simd.acc_q5_k(w, q_at + 32 * i, 4 * half, p + 16, j, xq, xb + 32 * j,
+                                    sc[j], acc)
+    return acc, mins8
 
 
 @njit(inline="always", cache=True)
-def _q6_run(w, ro, b, h, k, xq, xd, t, xo, acc):
+def _q6_run(w, ro, b, h, k, xq, t, xo, sc, acc):
     """Elements 128 h + 32 k .. +32 of Q6_K block `b` (row at byte `ro`): two groups of
-    16 with their own int8 scales; `h`, `k` are constants after inlining."""
+    16 with their own scales (`sc [16]`, from `simd.q6_scales16`); `h`, `k` are
+    constants after inlining."""
     p = ro + b * 210
-    d = simd.load_f16x2(w, p + 206)[1]                         # scales[14:16], d
     ql = p + 64 * h + 32 * (k & 1)
     qh = p + 128 + 32 * h
     g = 8 * h + 2 * k
     e = b * 256 + 128 * h + 32 * k
-    s = xd[t, e >> 5] * d
-    acc = simd.acc_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, xq, xo + e,
-                        s * F32(np.int8(w[p + 192 + g])), acc)
+    acc = simd.acc_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, xq, xo + e, sc[g], acc)
     return simd.acc_q6_k(w, ql + 16, 4 * (k >> 1), qh + 16, 2 * k, xq, xo + e + 16,
-                         s * F32(np.int8(w[p + 193 + g])), acc)
+                         sc[g + 1], acc)
 
 
 @njit(cache=True)
@@ -93,6 +89,7 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
     never sliced: a slice per row is a reference-count increment and decrement, atomic
     operations on a line both threads share."""
     n_in = xq.shape[1]
+    sc = np.empty(16, np.float32)                  # a K-quant block's run/group scales
     for t in range(xq.shape[0]):
         xo = t * n_in
         for r in range(r0, r1):
@@ -130,24 +127,24 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
                     d = simd.load_f16x2(w, p)[0]
                     acc = simd.acc_q8_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
             elif kind == 5 or kind == 6:                       # Q4_K 144 B, Q5_K 176 B
+                mins8 = simd.zero8()
                 for b in range(nb):
-                    # sub-blocks 2i and 2i + 1 share 32 code bytes (low, high nibbles);
-                    # spelled out so every shift and scale index is a constant
-                    acc, mins = _k4_pair(kind, w, ro, b, 0, xq, xd, xs, t, xo, acc, mins)
-                    acc, mins = _k4_pair(kind, w, ro, b, 1, xq, xd, xs, t, xo, acc, mins)
-                    acc, mins = _k4_pair(kind, w, ro, b, 2, xq, xd, xs, t, xo, acc, mins)
-                    acc, mins = _k4_pair(kind, w, ro, b, 3, xq, xd, xs, t, xo, acc, mins)
+                    acc, mins8 = _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8)
+                mins = -simd.hsum8(mins8)
             else:                                              # Q6_K, 210 B
                 for b in range(nb):
+                    p = ro + b * 210
+                    d = simd.load_f16x2(w, p + 206)[1]                 # scales[14:16], d
+                    simd.q6_scales16(w, p + 192, d, xd, t * xd.shape[1] + b * 8, sc)
                     # 32-element runs (h, k), two 16-element scale groups each
-                    acc = _q6_run(w, ro, b, 0, 0, xq, xd, t, xo, acc)
-                    acc = _q6_run(w, ro, b, 0, 1, xq, xd, t, xo, acc)
-                    acc = _q6_run(w, ro, b, 0, 2, xq, xd, t, xo, acc)
-                    acc = _q6_run(w, ro, b, 0, 3, xq, xd, t, xo, acc)
-                    acc = _q6_run(w, ro, b, 1, 0, xq, xd, t, xo, acc)
-                    acc = _q6_run(w, ro, b, 1, 1, xq, xd, t, xo, acc)
-                    acc = _q6_run(w, ro, b, 1, 2, xq, xd, t, xo, acc)
-                    acc = _q6_run(w, ro, b, 1, 3, xq, xd, t, xo, acc)
+                    acc = _q6_run(w, ro, b, 0, 0, xq, t, xo, sc, acc)
+                    acc = _q6_run(w, ro, b, 0, 1, xq, t, xo, sc, acc)
+                    acc = _q6_run(w, ro, b, 0, 2, xq, t, xo, sc, acc)
+                    acc = _q6_run(w, ro, b, 0, 3, xq, t, xo, sc, acc)
+                    acc = _q6_run(w, ro, b, 1, 0, xq, t, xo, sc, acc)
+                    acc = _q6_run(w, ro, b, 1, 1, xq, t, xo, sc, acc)
+                    acc = _q6_run(w, ro, b, 1, 2, xq, t, xo, sc, acc)
+                    acc = _q6_run(w, ro, b, 1, 3, xq, t, xo, sc, acc)
             y[t, c] = simd.hsum8(acc) + mins
 
 
