@@ -42,9 +42,9 @@ def k4_scale_min(w, o, j):
 @njit(inline="always", cache=True)
 def _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8):
     """Block `b` of a Q4_K/Q5_K row at byte `ro`: its eight scales and mins decoded as
-    vectors (`simd.k4_scales8`, scales into `sc [8]`), then its eight 32-element runs;
-    sub-blocks 2i and 2i + 1 share 32 code bytes (low, high nibbles), spelled out so
-    every shift is a constant."""
+    vectors (`simd.k4_scales8`, scales into `sc [8]`, the min terms added to `mins8`),
+    then its eight 32-element runs: sub-blocks 2i and 2i + 1 share 32 code bytes (low,
+    high nibbles)."""
     p = ro + b * (144 if kind == 5 else 176)
     q_at = p + (16 if kind == 5 else 48)
     d, dmin = simd.load_f16x2(w, p)

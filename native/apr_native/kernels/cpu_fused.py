@@ -194,4 +194,5 @@ KERNELS = {
 }
 
 __all__ = ["KERNELS", "rms_norm_add", "rope_store", "attention", "matmul_glu",
-           "ATTN_POOL_WORK"]
+           "ATTN_POOL_WORK", "rms_rows", "rope_rows", "attention_rows", "attention_into",
+           "attention_chunks", "NO_ROWS"]
