@@ -5,7 +5,8 @@ Row functions take the weight bytes `w` (flat uint8), the row's byte offset `o` 
 block count `nb`. Activations come quantized by `common.quantize_activations`: codes
 `xq [T, n]` int16, scales `xd [T, n/32]` f32 and run sums `xs [T, n/32]` f32 (scale times
 code sum).
-A block's integer dot runs in `simd`; here only the per-block scale arithmetic remains:
+A block's integer dot runs in `simd` (K-quant blocks' scales are decoded as vectors by
+`kquant_scales`); here only the per-block scale arithmetic remains:
 
   Q4_1/Q5_1  w = d q + m          -> xd d isum + m xs
   Q4_K/Q5_K  w = (d sc) q - dmin m -> xd (d sc) isum - (dmin m) xs, per 32-element run
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import simd
+from . import kquant_scales, simd
 from .common import f16
 
 # Block bytes and the offsets of their fields (ggml-common.h; see apr_core.quant.kernels).
@@ -42,14 +43,14 @@ def k4_scale_min(w, o, j):
 @njit(inline="always", cache=True)
 def _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8):
     """Block `b` of a Q4_K/Q5_K row at byte `ro`: its eight scales and mins decoded as
-    vectors (`simd.k4_scales8`, scales into `sc [8]`, the min terms added to `mins8`),
-    then its eight 32-element runs: sub-blocks 2i and 2i + 1 share 32 code bytes (low,
-    high nibbles)."""
+    vectors (`kquant_scales.k4_scales8`, scales into `sc [8]`, the min terms added to
+    `mins8`), then its eight 32-element runs: sub-blocks 2i and 2i + 1 share 32 code
+    bytes (low, high nibbles)."""
     p = ro + b * (144 if kind == 5 else 176)
     q_at = p + (16 if kind == 5 else 48)
     d, dmin = simd.load_f16x2(w, p)
-    mins8 = simd.add8(mins8, simd.k4_scales8(w, p + 4, d, dmin, xd, xs,
-                                             t * xd.shape[1] + b * 8, sc))
+    mins8 = simd.add8(mins8, kquant_scales.k4_scales8(w, p + 4, d, dmin, xd, xs,
+                                                      t * xd.shape[1] + b * 8, sc))
     xb = xo + b * 256
     for i in range(4):
         for half in range(2):
@@ -65,8 +66,8 @@ def _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8):
 @njit(inline="always", cache=True)
 def _q6_run(w, ro, b, h, k, xq, t, xo, sc, acc):
     """Elements 128 h + 32 k .. +32 of Q6_K block `b` (row at byte `ro`): two groups of
-    16 with their own scales (`sc [16]`, from `simd.q6_scales16`); `h`, `k` are
-    constants after inlining."""
+    16 with their own scales (`sc [16]`, from `kquant_scales.q6_scales16`); `h`, `k`
+    are constants after inlining."""
     p = ro + b * 210
     ql = p + 64 * h + 32 * (k & 1)
     qh = p + 128 + 32 * h
@@ -135,7 +136,7 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
                 for b in range(nb):
                     p = ro + b * 210
                     d = simd.load_f16x2(w, p + 206)[1]                 # scales[14:16], d
-                    simd.q6_scales16(w, p + 192, d, xd, t * xd.shape[1] + b * 8, sc)
+                    kquant_scales.q6_scales16(w, p + 192, d, xd, t * xd.shape[1] + b * 8, sc)
                     # 32-element runs (h, k), two 16-element scale groups each
                     acc = _q6_run(w, ro, b, 0, 0, xq, t, xo, sc, acc)
                     acc = _q6_run(w, ro, b, 0, 1, xq, t, xo, sc, acc)

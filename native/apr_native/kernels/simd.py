@@ -106,19 +106,25 @@ def _fmuladd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir
     return builder.call(fn, [a, b, c])
 
 
+def _pmaddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    """x86 `pmaddwd` of two `<16 x i16>`: adjacent products summed, `<8 x i32>` (only
+    where `_PMADDWD` is set)."""
+    fn = builder.module.globals.get(_PMADDWD) or ir.Function(
+        builder.module, ir.FunctionType(_vec(I32, 8), [_vec(I16, 16)] * 2), _PMADDWD)
+    return builder.call(fn, [a, b])
+
+
 def _pair_sums(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value) -> ir.Value:
     """`<n x i8>` codes times `<n x i16>` activations folded to `<8 x i32>`: adjacent
     pairs first (x86 `pmaddwd` where the CPU has it), then halves."""
     n = codes.type.count
     if _PMADDWD is not None and n % 16 == 0:
-        fn = builder.module.globals.get(_PMADDWD) or ir.Function(
-            builder.module, ir.FunctionType(_vec(I32, 8), [_vec(I16, 16)] * 2), _PMADDWD)
         c16 = builder.sext(codes, _vec(I16, n))
         parts = []
         for i in range(0, n, 16):
             pick = _const(I32, range(i, i + 16))
-            parts.append(builder.call(fn, [builder.shuffle_vector(c16, c16, pick),
-                                           builder.shuffle_vector(x, x, pick)]))
+            parts.append(_pmaddwd(builder, builder.shuffle_vector(c16, c16, pick),
+                                  builder.shuffle_vector(x, x, pick)))
         total = parts[0]
         for part in parts[1:]:
             total = builder.add(total, part)
@@ -210,78 +216,6 @@ def add8(typingctx, a, b):
     def codegen(context, builder, signature, args):
         return builder.fadd(args[0], args[1])
     return f32x8(a, b), codegen
-
-
-@intrinsic
-def k4_scales8(typingctx, w, p, d, dmin, xd, xs, xo, out):
-    """The 8 sub-block scales and mins of a Q4_K/Q5_K block, as vectors.
-
-    `w[p:p+12]` holds eight 6-bit scales sc_j and mins mn_j (ggml's get_scale_min_k4
-    layout); writes `out[j] = (d sc_j) xd.flat[xo + j]` for j < 8 and returns the f32x8
-    of `(dmin mn_j) xs.flat[xo + j]`, the same float32 products the scalar decoding
-    made, in one pass of byte shuffles instead of eight of scalar bit operations and
-    conversions (the 16 bytes loaded from `p` stay inside the block)."""
-    def codegen(context, builder, signature, args):
-        w, p, d, dmin, xd, xs, xo, out = args
-        raw = _load(builder, _ptr(context, builder, signature.args[0], w, p), 16)
-
-        def pick(lanes):                                   # <8 x i8> of raw bytes
-            return builder.shuffle_vector(raw, raw, _const(I32, lanes))
-
-        def bits(v, shift, masks):
-            if shift:
-                v = builder.lshr(v, _const(I8, [shift] * 8))
-            return builder.and_(v, _const(I8, masks))
-
-        low = [63] * 4 + [15] * 4
-        # j < 4: sc = b[j] & 63, mn = b[j+4] & 63
-        # j >= 4: sc = (b[j+4] & 15) | (b[j-4] >> 6) << 4, mn = b[j+4] >> 4 | (b[j] >> 6) << 4
-        upper = builder.shl(bits(pick([0] * 4 + [0, 1, 2, 3]), 6, [0] * 4 + [3] * 4),
-                            _const(I8, [4] * 8))
-        sc = builder.or_(bits(pick([0, 1, 2, 3, 8, 9, 10, 11]), 0, low), upper)
-        upper = builder.shl(bits(pick([0] * 4 + [4, 5, 6, 7]), 6, [0] * 4 + [3] * 4),
-                            _const(I8, [4] * 8))
-        mn_lanes = pick([4, 5, 6, 7, 8, 9, 10, 11])
-        mn = builder.or_(builder.or_(bits(mn_lanes, 0, [63] * 4 + [0] * 4),
-                                     bits(mn_lanes, 4, [0] * 4 + [15] * 4)), upper)
-
-        def floats(v):
-            return builder.uitofp(v, _vec(F32, 8))
-
-        def at(arg, offset):
-            return _load(builder, _ptr(context, builder, signature.args[arg], args[arg], offset),
-                         8, F32)
-
-        d = context.cast(builder, d, signature.args[2], types.float32)
-        dmin = context.cast(builder, dmin, signature.args[3], types.float32)
-        scales = builder.fmul(builder.fmul(_splat(builder, d, 8), floats(sc)), at(4, xo))
-        o_ptr = _ptr(context, builder, signature.args[7], out, ir.Constant(I32, 0))
-        builder.store(scales, builder.bitcast(o_ptr, _vec(F32, 8).as_pointer()), align=4)
-        return builder.fmul(builder.fmul(_splat(builder, dmin, 8), floats(mn)), at(5, xo))
-    return f32x8(w, p, d, dmin, xd, xs, xo, out), codegen
-
-
-@intrinsic
-def q6_scales16(typingctx, w, p, d, xd, xo, out):
-    """The 16 group scales of a Q6_K block, as vectors: `w[p:p+16]` holds its int8 group
-    scales sc_g (16 elements each, so groups 2r and 2r + 1 share run r's activation
-    scale); writes `out[g] = (xd.flat[xo + g // 2] d) sc_g`, the float32 products the
-    scalar decoding made, for g < 16."""
-    def codegen(context, builder, signature, args):
-        w, p, d, xd, xo, out = args
-        raw = _load(builder, _ptr(context, builder, signature.args[0], w, p), 16)
-        runs = _load(builder, _ptr(context, builder, signature.args[3], xd, xo), 8, F32)
-        d = _splat(builder, context.cast(builder, d, signature.args[2], types.float32), 8)
-        o_ptr = builder.bitcast(_ptr(context, builder, signature.args[5], out,
-                                     ir.Constant(I32, 0)), _vec(F32, 8).as_pointer())
-        for half in range(2):
-            run = builder.shuffle_vector(runs, runs, _const(I32, [4 * half + g // 2
-                                                                  for g in range(8)]))
-            codes = builder.shuffle_vector(raw, raw, _const(I32, range(8 * half, 8 * half + 8)))
-            scales = builder.fmul(builder.fmul(run, d), builder.sitofp(codes, _vec(F32, 8)))
-            builder.store(scales, builder.gep(o_ptr, [ir.Constant(I32, half)]), align=4)
-        return context.get_dummy_value()
-    return types.void(w, p, d, xd, xo, out), codegen
 
 
 # --------------------------------------------------------------------------- layouts
@@ -436,14 +370,12 @@ def make_pair(layout, name: str, offset: int = 0):
         w_ptr = _ptr(context, builder, signature.args[0], args[0], ir.Constant(I32, 0))
         halves = WORD_LAYOUTS[layout](builder, w_ptr,
                                       _lower_args(builder, kinds, args[1:1 + n_extra]))
-        fn = builder.module.globals.get(_PMADDWD) or ir.Function(
-            builder.module, ir.FunctionType(_vec(I32, 8), [_vec(I16, 16)] * 2), _PMADDWD)
         total = None
         for i, half in enumerate(halves):
             if offset:
                 half = builder.sub(half, _const(I16, [offset] * 16))
-            part = builder.call(fn, [half, _load(builder, builder.gep(x_ptr, [
-                ir.Constant(I32, 16 * i)]), 16, I16)])
+            part = _pmaddwd(builder, half, _load(builder, builder.gep(x_ptr, [
+                ir.Constant(I32, 16 * i)]), 16, I16))
             total = part if total is None else builder.add(total, part)
         return total
 
