@@ -1,11 +1,12 @@
 """numba CUDA kernels under numba's CUDA simulator (no GPU here): matmul for every block
-type on synthetic and real tensors, decode attention, and greedy tokens of a tiny
-synthetic model through the "cuda" backend, against the numpy reference.
+type on synthetic and real tensors, attention (causal and windowed), and greedy tokens
+of a tiny synthetic model through the "cuda" backend, against the numpy reference.
 
 The simulator must be chosen before numba.cuda is first imported, so each case runs in a
 child process with NUMBA_ENABLE_CUDASIM=1 (`python tests/test_cuda_sim.py CASE`). Running
 a whole real model in the simulator (Python threads per CUDA thread) would take hours, so
-the real models are covered by their tensors here and by greedy tokens on the tiny model.
+here the real models are covered by their tensors; their greedy tokens come from the same
+thread code compiled for the CPU (test_cuda_emulated.py), PTX from test_cuda_ptx.py.
 
 Tolerance: the kernels decode weights exactly and accumulate float32 products in order,
 so they differ from float64 `x @ W.T` only by float32 rounding: <= 1e-5 of sum |x| |w|.
@@ -69,12 +70,14 @@ def case_attention():
     from apr_core.model.layers import attention
     from apr_native.kernels.cuda import cuda_attention
     rng = np.random.default_rng(2)
-    q = rng.standard_normal((6, 16)).astype(np.float32)          # [H, hd]
-    k = rng.standard_normal((2, 9, 16)).astype(np.float32)       # [n_kv, L, hd]
-    v = rng.standard_normal((2, 9, 16)).astype(np.float32)
-    got = cuda_attention(q, k, v, 0.25)
-    ref = attention(q[None], k, v, np.array([8]), 0.25)[0]       # [H * hd]
-    assert np.abs(got - ref).max() < 1e-5, np.abs(got - ref).max()
+    q = rng.standard_normal((3, 6, 16)).astype(np.float32)       # [T, H, hd]
+    k = rng.standard_normal((2, 12, 16)).astype(np.float32)      # [n_kv, cap, hd]
+    v = rng.standard_normal((2, 12, 16)).astype(np.float32)
+    q_pos = np.array([7, 8, 9])
+    for window in (0, 4):                                         # causal, sliding window
+        got = cuda_attention(q, k, v, 10, q_pos, 0.25, window)    # [T, H * hd]
+        ref = attention(q, k[:, :10], v[:, :10], q_pos, 0.25, window or None)
+        assert np.abs(got - ref).max() < 1e-5, (window, np.abs(got - ref).max())
 
 
 def case_greedy_tiny_model():

@@ -51,6 +51,17 @@ def test_cuda_needs_a_device_or_the_simulator(monkeypatch):
     assert err.value.code is ErrorCode.UNSUPPORTED
 
 
+def test_cuda_emulation_registers_the_thread_code_on_the_cpu(monkeypatch):
+    from apr_native.kernels import cuda_emulated
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    monkeypatch.setenv("APR_CUDA_EMULATE", "1")
+    assert "cuda" not in backends.available() or backends.available()[0] == "cuda"
+    assert backends.select("cuda") == "cuda"
+    assert registry.lookup("matmul", "Q6_K") is cuda_emulated.emulated_matmul
+    assert registry.lookup("attention", "*") is cuda_emulated.emulated_attention
+    assert registry.lookup("matmul", "IQ4_NL") is numpy_matmul       # a type it lacks
+
+
 def test_linear_runs_through_the_selected_backend():
     q = dtypes.BY_NAME["Q5_1"]
     values = np.random.default_rng(0).standard_normal((12, 64)).astype(np.float32)

@@ -1,12 +1,16 @@
-"""Greedy-token parity of the numba backend with numpy on both real models (32 steps).
+"""Greedy-token parity of the accelerated backends with numpy on both real models (32 steps).
 
-The numba backend's decode steps quantize activations to int16 per run of 32, so its
-logits differ from numpy's by ~1e-3 (llama.cpp's 8-bit activations move them by tenths);
-the prompts are the ones tests/test_llama_cpp_parity.py picked for having no near-tie
+- numba: its decode steps quantize activations to int16 per run of 32, so its logits
+  differ from numpy's by ~1e-3 (llama.cpp's 8-bit activations move them by tenths); it
+  runs on the mmap loader's zero-copy weights.
+- cuda: the CUDA kernels' thread code ("matmul" and "attention") compiled for the CPU
+  and run over the kernels' grid (`APR_CUDA_EMULATE=1`; no GPU here, and numba's
+  simulator takes minutes per token): float32 sums in element order, ~1e-4 from numpy.
+
+The prompts are the ones tests/test_llama_cpp_parity.py picked for having no near-tie
 (top-2 logit gap >= 0.03) in their first 32 steps, so any divergence is a kernel bug. The
 reference is numpy with weights dequantized at load (the fast numpy path; the same
-logits as numpy's quantized path up to BLAS summation order); numba runs on the mmap
-loader's zero-copy weights.
+logits as numpy's quantized path up to BLAS summation order), computed once per model.
 """
 import numpy as np
 import pytest
@@ -36,25 +40,38 @@ def greedy(model, ids, steps=STEPS):
     return tokens, rows
 
 
+_REFERENCE = {}
+
+
+def numpy_reference(path, ids):
+    key = (path, tuple(ids))
+    if key not in _REFERENCE:
+        backends.select("numpy")
+        _REFERENCE[key] = greedy(Transformer.from_path(path, dequantize_at_load=True), ids)
+    return _REFERENCE[key]
+
+
 @pytest.fixture
 def restore_backend():
     yield
     backends.select("numpy")
 
 
+@pytest.mark.parametrize("backend", ["numba", "cuda"])
 @pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
-def test_numba_greedy_tokens_match_numpy(model, request, restore_backend):
+def test_greedy_tokens_match_numpy(model, backend, request, restore_backend, monkeypatch):
     path = request.getfixturevalue(model)
+    if backend == "cuda":
+        monkeypatch.setenv("APR_CUDA_EMULATE", "1")
     text_model = TextModel.load(path, opener=open_mmap)
     ids = text_model.prompt_ids(PROMPTS[model], chat=True)
-    assert backends.select("numba") == "numba"
+    ref, ref_rows = numpy_reference(path, ids)
+    assert backends.select(backend) == backend
     ours, our_rows = greedy(text_model.transformer, ids)
-    backends.select("numpy")
-    ref, ref_rows = greedy(Transformer.from_path(path, dequantize_at_load=True), ids)
     for step, (a, b) in enumerate(zip(ours, ref)):
         top2 = np.sort(ref_rows[step])[-2:]
-        assert a == b, "step {}: numba {} numpy {} (numpy's top-2 gap {:.3f})".format(
-            step, a, b, top2[1] - top2[0])
+        assert a == b, "step {}: {} {} numpy {} (numpy's top-2 gap {:.3f})".format(
+            step, backend, a, b, top2[1] - top2[0])
     # the activation error through 30 layers and the LM head: the 1e-3 scale at which
     # apr's numpy path matches transformers' float32 logits (test_model_real.py), x10
     worst = max(np.abs(o - r).max() for o, r in zip(our_rows, ref_rows))

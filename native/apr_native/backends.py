@@ -10,9 +10,11 @@ Selecting a backend registers its "matmul" kernels (one per block type it implem
 kernel up per call, so model code is shared by every backend and never copied. Weight
 types a backend lacks fall back to numpy's kernel.
 
-"cuda" is automatic only with a real device (`numba.cuda.is_available()`); with
+"cuda" is automatic only with a real device (`numba.cuda.is_available()`); it runs the
+kinds "matmul" and "attention" (the other kinds use the references). With
 `NUMBA_ENABLE_CUDASIM=1` numba's simulator runs the same kernels on the CPU (for tests;
-far too slow to generate with).
+far too slow to generate with); with `APR_CUDA_EMULATE=1` the kernels' thread code runs
+compiled on the CPU over the same grid (`kernels.cuda_emulated`: checks whole models).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from apr_core.quant import registry
 NAMES = ("numpy", "numba", "cuda")
 ENV = "APR_BACKEND"
 THREADS_ENV = "APR_THREADS"
+CUDA_EMULATE_ENV = "APR_CUDA_EMULATE"
 
 _registered: Dict[str, bool] = {}
 
@@ -37,9 +40,15 @@ def _numba_ok() -> bool:
     return True
 
 
+def _cuda_emulated() -> bool:
+    return os.environ.get(CUDA_EMULATE_ENV) == "1"
+
+
 def _cuda_ok(simulated_too: bool) -> bool:
     if not _numba_ok():
         return False
+    if _cuda_emulated():
+        return simulated_too
     try:
         from numba import cuda
         if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -83,9 +92,13 @@ def _register_numba() -> None:
 
 
 def _register_cuda() -> None:
-    from .kernels import cuda
-    for name in cuda.SUPPORTED:
-        registry.register("matmul", name, backend="cuda")(cuda.cuda_matmul)
+    if _cuda_emulated():
+        from .kernels import cuda_emulated as kernels
+    else:
+        from .kernels import cuda as kernels
+    for name in kernels.SUPPORTED:
+        registry.register("matmul", name, backend="cuda")(kernels.KERNELS["matmul"])
+    registry.register("attention", "*", backend="cuda")(kernels.KERNELS["attention"])
 
 
 _REGISTER = {"numba": _register_numba, "cuda": _register_cuda}
@@ -108,10 +121,15 @@ def select(name: Optional[str] = None) -> str:
                        "(pip install 'apr[native]')")
     if wanted == "cuda" and not _cuda_ok(simulated_too=True):
         raise AprError(ErrorCode.UNSUPPORTED, "backend cuda needs a CUDA device (or "
-                       "NUMBA_ENABLE_CUDASIM=1 for numba's simulator)")
-    if wanted in _REGISTER and not _registered.get(wanted):
+                       "NUMBA_ENABLE_CUDASIM=1 for numba's simulator, APR_CUDA_EMULATE=1 "
+                       "for its thread code on the CPU)")
+    # the CUDA kernels registered depend on the mode (device/simulator or emulation)
+    key = "cuda-emulated" if wanted == "cuda" and _cuda_emulated() else wanted
+    if wanted in _REGISTER and not _registered.get(key):
         _REGISTER[wanted]()
-        _registered[wanted] = True
+        _registered[key] = True
+        if wanted == "cuda":
+            _registered.pop("cuda" if key != "cuda" else "cuda-emulated", None)
     registry.set_backend(wanted)
     return wanted
 
