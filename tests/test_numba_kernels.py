@@ -19,7 +19,7 @@ pytest.importorskip("numba")
 from apr_core import dtypes                                      # noqa: E402
 from apr_core.formats.open import open_model                     # noqa: E402
 from apr_core.quant.api import dequantize, quantize              # noqa: E402
-from apr_native.kernels import cpu                               # noqa: E402
+from apr_native.kernels import cpu, cpu_blocks                   # noqa: E402
 
 pytestmark = pytest.mark.native
 
@@ -78,12 +78,13 @@ def test_matvec_within_activation_quantization_bound(name, pool_threads):
     check_matvec(data, dtype, shape, np.random.default_rng(2), tokens=cpu.DOT_MAX_TOKENS)
 
 
+# (40, 512): one pass over the input; (9, 2560): passes of K_CHUNK columns, the last partial
+@pytest.mark.parametrize("shape", [(40, 512), (9, 2 * cpu_blocks.K_CHUNK + 512)])
 @pytest.mark.parametrize("name", TYPES)
-def test_many_tokens_match_float_reference(name, pool_threads):
+def test_many_tokens_match_float_reference(name, shape, pool_threads):
     """Prefill: exact weights, float32 activations: only summation order differs."""
-    shape = (40, 512)
     dtype, data = synthetic(name, shape, seed=3)
-    x = np.random.default_rng(4).standard_normal((cpu.DOT_MAX_TOKENS + 3, 512)).astype(
+    x = np.random.default_rng(4).standard_normal((cpu.DOT_MAX_TOKENS + 3, shape[1])).astype(
         np.float32)
     got = cpu.numba_matmul(np.frombuffer(data, np.uint8), dtype, shape, x, 1 << 20)
     w = dequantize(data, dtype, shape).astype(np.float64)

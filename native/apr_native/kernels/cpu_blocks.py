@@ -207,6 +207,15 @@ def dequantize_row(kind, w, o, nb, out):
 # --------------------------------------------------------------------------- many tokens
 
 @njit(inline="always", cache=True)
+def _add4(acc, t, a0, a1, a2, a3):
+    """`acc[t, :4]` += four row sums."""
+    acc[t, 0] += a0
+    acc[t, 1] += a1
+    acc[t, 2] += a2
+    acc[t, 3] += a3
+
+
+@njit(inline="always", cache=True)
 def _store4(y, t, c, m, a0, a1, a2, a3):
     """`y[t, c:c + m]` = the first `m` of four row sums."""
     y[t, c] = a0
@@ -218,18 +227,26 @@ def _store4(y, t, c, m, a0, a1, a2, a3):
         y[t, c + 3] = a3
 
 
+# Columns of the input per pass of `rows_times_tokens`: four tile rows and two token rows
+# of this width (24 KiB) stay in a 32 KiB L1 while all their products are summed
+# (Qwen2.5's down projection, 4864 wide, ran at 95 GFLOP/s unblocked, 2 threads).
+K_CHUNK = 1024
+
+
 @njit(fastmath=True, cache=True)
 def rows_times_tokens(kind, w, o, r0, r1, nb, row_bytes, x, y, col, tile):
     """Rows `r0..r1-1` of a weight (block type `kind`, bytes from `o`) . `x [T, in]` into
     `y[:, col:col + r1 - r0]`, `tile [4, in]` scratch. Four rows are dequantized at a
     time into the tile (bit-exact) and dotted with two tokens at a time: eight vector
     accumulators, each load of a row or a token feeding two or four FMAs (fastmath lets
-    LLVM vectorize the sums, so their order differs from BLAS's: ~1e-6 relative).
+    LLVM vectorize the sums, so their order differs from BLAS's: ~1e-6 relative). Wide
+    inputs are summed in passes of `K_CHUNK` columns so the tile and tokens stay in L1.
 
     A last group of fewer than four rows runs the same loop over zero-padded tile rows:
     every row's sum is computed the same way wherever a chunk of rows starts, so the
     result does not depend on how rows were split between threads."""
     n, tokens = x.shape[1], x.shape[0]
+    acc = np.empty((tokens, 4), np.float32)                        # [T, 4] running sums
     r = r0
     while r < r1:
         m = min(4, r1 - r)
@@ -239,30 +256,40 @@ def rows_times_tokens(kind, w, o, r0, r1, nb, row_bytes, x, y, col, tile):
                 dequantize_row(kind, w, o + (r + j) * row_bytes, nb, tile[j])
             else:
                 tile[j, :] = 0.0
-        t = 0
-        while t + 1 < tokens:
-            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
-            for i in range(n):
-                xa, xb = x[t, i], x[t + 1, i]
-                w0, w1, w2, w3 = tile[0, i], tile[1, i], tile[2, i], tile[3, i]
-                a0 += w0 * xa
-                a1 += w1 * xa
-                a2 += w2 * xa
-                a3 += w3 * xa
-                b0 += w0 * xb
-                b1 += w1 * xb
-                b2 += w2 * xb
-                b3 += w3 * xb
-            _store4(y, t, c, m, a0, a1, a2, a3)
-            _store4(y, t + 1, c, m, b0, b1, b2, b3)
-            t += 2
-        if t < tokens:
-            a0 = a1 = a2 = a3 = np.float32(0.0)
-            for i in range(n):
-                xa = x[t, i]
-                a0 += tile[0, i] * xa
-                a1 += tile[1, i] * xa
-                a2 += tile[2, i] * xa
-                a3 += tile[3, i] * xa
-            _store4(y, t, c, m, a0, a1, a2, a3)
+        acc[:, :] = 0.0
+        for k0 in range(0, n, K_CHUNK):
+            k1 = min(n, k0 + K_CHUNK)
+            # slices indexed from 0: an index numba can prove non-negative vectorizes
+            # (range(k0, k1) left a wraparound test in the loop, 10x slower)
+            w0s, w1s, w2s, w3s = tile[0, k0:k1], tile[1, k0:k1], tile[2, k0:k1], tile[3, k0:k1]
+            t = 0
+            while t + 1 < tokens:
+                xas, xbs = x[t, k0:k1], x[t + 1, k0:k1]
+                a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
+                for i in range(k1 - k0):
+                    xa, xb = xas[i], xbs[i]
+                    w0, w1, w2, w3 = w0s[i], w1s[i], w2s[i], w3s[i]
+                    a0 += w0 * xa
+                    a1 += w1 * xa
+                    a2 += w2 * xa
+                    a3 += w3 * xa
+                    b0 += w0 * xb
+                    b1 += w1 * xb
+                    b2 += w2 * xb
+                    b3 += w3 * xb
+                _add4(acc, t, a0, a1, a2, a3)
+                _add4(acc, t + 1, b0, b1, b2, b3)
+                t += 2
+            if t < tokens:
+                xas = x[t, k0:k1]
+                a0 = a1 = a2 = a3 = np.float32(0.0)
+                for i in range(k1 - k0):
+                    xa = xas[i]
+                    a0 += w0s[i] * xa
+                    a1 += w1s[i] * xa
+                    a2 += w2s[i] * xa
+                    a3 += w3s[i] * xa
+                _add4(acc, t, a0, a1, a2, a3)
+        for t in range(tokens):
+            _store4(y, t, c, m, acc[t, 0], acc[t, 1], acc[t, 2], acc[t, 3])
         r += m
