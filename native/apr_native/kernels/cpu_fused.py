@@ -27,6 +27,7 @@ from apr_core.model import fused
 
 from . import cpu, pool
 from .cpu_attention import attend, attend_scratch
+from .fastexp import silu_mul
 
 F32 = np.float32
 
@@ -181,7 +182,7 @@ def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
         return out
     g, u = gate.matmul(x), up.matmul(x)                             # [T, d_ff] each
     out = np.empty_like(g)
-    pool.silu_mul(g, u, out)
+    silu_mul(g, u, out)
     return out
 
 

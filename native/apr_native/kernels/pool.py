@@ -45,6 +45,7 @@ from .atomics import f32_at, i16_at, i64_at, u8_at
 from .common import QBLOCK, quantize_x
 from .cpu_attention import attend, attend_scratch
 from .cpu_blocks import dot_rows, rows_times_tokens
+from .fastexp import silu_mul
 
 # Control words, a cache line (8 int64) apart: waiting threads read GEN and NEXT, so each
 # is kept off the lines the others write.
@@ -107,15 +108,6 @@ def _table_rows(table, a, b, xq, xd, xs, x, tile, y, products):
                 dot_rows(table[g, T_KIND], w, 0, lo - first, hi - first, table[g, T_BLOCKS],
                          row_bytes, xq, xd, xs, y, lo)
         first = last
-
-
-@njit(cache=True)
-def silu_mul(g, u, out):
-    """out = g / (1 + exp(-g)) * u, float32 (the reference's SiLU formula)."""
-    for t in range(g.shape[0]):
-        for i in range(g.shape[1]):
-            x = g[t, i]
-            out[t, i] = x / (np.float32(1.0) + np.exp(-x)) * u[t, i]
 
 
 @njit(cache=True)
