@@ -69,9 +69,26 @@ def test_bench_compare_llama_cpp_prints_ratios(smollm2_gguf):
     assert text.returncode == 0 and "apr / llama.cpp: prefill" in text.stdout
 
 
+def test_bench_rounds_report_the_best_of_every_round(tiny):
+    done = apr("bench", tiny, "-p", "4", "-n", "3", "--repeats", "2", "--warmup", "0",
+               "--rounds", "3", "--backend", "numpy", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    (result,) = report["results"]
+    assert report["options"]["rounds"] == 3 and len(result["runs"]) == 6
+    assert result["ttft_s"] == min(r["ttft_s"] for r in result["runs"])
+    assert result["decode_tok_s"] == pytest.approx(
+        2 / min(r["decode_s"] for r in result["runs"]))
+    text = apr("bench", tiny, "-p", "4", "-n", "2", "--repeats", "1", "--warmup", "0",
+               "--rounds", "2", "--backend", "numpy")
+    assert text.returncode == 0 and "best of 2 after 0 warm-up in each of 2 interleaved" \
+        in text.stdout, text.stdout
+
+
 def test_bench_errors(tiny, tmp_path):
     assert apr("bench", "--help").returncode == 0
     missing = apr("bench", str(tmp_path / "absent.gguf"))
     assert missing.returncode != 0 and missing.stderr.count("\n") == 1
     assert apr("bench", tiny, "--repeats", "0").returncode == 2
+    assert apr("bench", tiny, "--rounds", "0").returncode == 2
     assert apr("bench", tiny, "--backend", "tpu").returncode == 2

@@ -10,6 +10,11 @@ vocabulary: speed does not depend on the text). Each child loads the model, runs
 setup land there), then `--repeats` timed ones: a prefill of the prompt, then greedy
 decoding of `--decode-tokens` tokens through the KV cache. The best run is reported (the
 machine may be shared; the best run is the least disturbed), and apr's ratios to each peer.
+
+On a shared machine the speed of both runtimes drifts from minute to minute (+-15% seen
+here), so a ratio from one child each depends on which minute each ran in. `--rounds R`
+runs the children in turn R times (apr, peers, apr, peers, ...) and reports each
+runtime's best over all its runs: the runtimes then sample the same minutes.
 """
 from __future__ import annotations
 
@@ -179,6 +184,24 @@ def _run_child(runtime: str, path: str, ids: List[int], opts: Dict[str, Any]) ->
         done.returncode, tail)}
 
 
+def merge_rounds(children: List[Dict[str, Any]], n_prompt: int, n_decode: int
+                 ) -> Dict[str, Any]:
+    """One runtime's result from its children of every round: speeds from the best run
+    of all, the fastest load, the largest peak RSS (the first error, if any)."""
+    failed = [c for c in children if "error" in c]
+    if failed or len(children) == 1:
+        return (failed or children)[0]
+    merged = dict(children[0])
+    merged["runs"] = [run for c in children for run in c["runs"]]
+    merged["ttft_s"] = min(run["ttft_s"] for run in merged["runs"])
+    merged["prefill_tok_s"] = n_prompt / merged["ttft_s"]
+    if n_decode > 1:
+        merged["decode_tok_s"] = (n_decode - 1) / min(run["decode_s"] for run in merged["runs"])
+    merged["load_s"] = min(c["load_s"] for c in children)
+    merged["peak_rss_bytes"] = max(c["peak_rss_bytes"] for c in children)
+    return merged
+
+
 def ratios(results: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
     """apr's speed over each peer's: {peer: {"prefill": x, "decode": x}}."""
     ours = next((r for r in results if r["runtime"] == "apr" and "error" not in r), None)
@@ -197,9 +220,11 @@ def ratios(results: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
 def _print(path: str, ids: List[int], opts: Dict[str, Any], results: List[Dict[str, Any]],
            table: Dict[str, Dict[str, float]]) -> None:
     size = os.path.getsize(path)
-    print("{} ({:.1f} MB): {} prompt tokens, {} decoded, best of {} after {} warm-up, "
+    print("{} ({:.1f} MB): {} prompt tokens, {} decoded, best of {} after {} warm-up{}, "
           "{} threads".format(os.path.basename(path), size / 1e6, len(ids),
-                              opts["decode_tokens"], opts["repeats"], opts["warmup"],
+                              opts["decode_tokens"], opts["repeats"] * opts["rounds"],
+                              opts["warmup"], " in each of {} interleaved rounds".format(
+                                  opts["rounds"]) if opts["rounds"] > 1 else "",
                               opts["threads"]))
     print("  {:30s} {:>10s} {:>10s} {:>8s} {:>8s} {:>9s}".format(
         "runtime", "prefill/s", "decode/s", "TTFT s", "load s", "peak RSS"))
@@ -225,14 +250,19 @@ def run_bench(args: argparse.Namespace) -> int:
                         ("--decode-tokens", args.decode_tokens), ("--repeats", args.repeats)):
         if value < 1:
             raise AprError(ErrorCode.ARGUMENT, "{} must be at least 1".format(name))
+    if args.rounds < 1:
+        raise AprError(ErrorCode.ARGUMENT, "--rounds must be at least 1")
     from apr_native.backends import threads
     opts = {"prompt_tokens": args.prompt_tokens, "decode_tokens": args.decode_tokens,
             "repeats": args.repeats, "warmup": max(0, args.warmup),
             "threads": args.threads or threads(), "backend": args.backend,
-            "no_mmap": args.no_mmap}
+            "no_mmap": args.no_mmap, "rounds": args.rounds}
     ids = prompt_ids(path, args.prompt_tokens)
-    results = [_run_child(runtime, path, ids, dict(opts))
-               for runtime in ["apr"] + [c for c in RUNTIMES[1:] if c in (args.compare or [])]]
+    order = ["apr"] + [c for c in RUNTIMES[1:] if c in (args.compare or [])]
+    rounds = [[_run_child(runtime, path, ids, dict(opts)) for runtime in order]
+              for _ in range(args.rounds)]
+    results = [merge_rounds([one[i] for one in rounds], len(ids), opts["decode_tokens"])
+               for i in range(len(order))]
     table = ratios(results)
     if args.json:
         emit_json({"model": path, "file_bytes": os.path.getsize(path), "prompt_ids": ids,
@@ -252,6 +282,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--decode-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3, help="timed runs (best is reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs first")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the runtimes in turn this many times (best of all rounds)")
     p.add_argument("--backend", choices=("auto",) + backends.NAMES,
                    help="apr kernel backend (default: $APR_BACKEND or auto)")
     p.add_argument("--threads", type=int, help="threads for every runtime (default: cores)")
