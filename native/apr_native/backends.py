@@ -29,7 +29,7 @@ ENV = "APR_BACKEND"
 THREADS_ENV = "APR_THREADS"
 CUDA_EMULATE_ENV = "APR_CUDA_EMULATE"
 
-_registered: Dict[str, bool] = {}
+_registered: Dict[str, str] = {}     # backend -> the mode its kernels were registered in
 
 
 def _numba_ok() -> bool:
@@ -123,13 +123,11 @@ def select(name: Optional[str] = None) -> str:
         raise AprError(ErrorCode.UNSUPPORTED, "backend cuda needs a CUDA device (or "
                        "NUMBA_ENABLE_CUDASIM=1 for numba's simulator, APR_CUDA_EMULATE=1 "
                        "for its thread code on the CPU)")
-    # the CUDA kernels registered depend on the mode (device/simulator or emulation)
-    key = "cuda-emulated" if wanted == "cuda" and _cuda_emulated() else wanted
-    if wanted in _REGISTER and not _registered.get(key):
+    # which CUDA kernels get registered depends on the mode: device/simulator or emulation
+    mode = "emulated" if wanted == "cuda" and _cuda_emulated() else "native"
+    if wanted in _REGISTER and _registered.get(wanted) != mode:
         _REGISTER[wanted]()
-        _registered[key] = True
-        if wanted == "cuda":
-            _registered.pop("cuda" if key != "cuda" else "cuda-emulated", None)
+        _registered[wanted] = mode
     registry.set_backend(wanted)
     return wanted
 
