@@ -256,6 +256,21 @@ def nib16_qh(builder, w, args):
     return builder.or_(low, high)
 
 
+def nib16_qh_words(builder, w, args):
+    """nib16_qh for the dots, as two `<16 x i16>` halves: nib16_words, each half ORed with
+    16 where its 16 bits of the qh word are set (bitcast to `<16 x i1>` lane masks)."""
+    off, qh_off = args
+    halves = nib16_words(builder, w, (off,))
+    qh = builder.load(builder.bitcast(builder.gep(w, [qh_off]), I32.as_pointer()), align=1)
+    out = []
+    for i, half in enumerate(halves):
+        bits = builder.trunc(builder.lshr(qh, ir.Constant(I32, 16 * i)), I16)
+        is_set = builder.bitcast(bits, _vec(ir.IntType(1), 16))
+        out.append(builder.or_(half, builder.select(is_set, _const(I16, [16] * 16),
+                                                    _const(I16, [0] * 16))))
+    return out
+
+
 def i8x32(builder, w, args):
     """Q8_0: 32 signed codes stored as they are."""
     (off,) = args
@@ -295,7 +310,7 @@ def _minus(offset: int, layout):
 
 
 # byte layout -> its word form for the dots, where that is cheaper (pmaddwd hosts only)
-WORD_LAYOUTS = {nib16: nib16_words}
+WORD_LAYOUTS = {nib16: nib16_words, nib16_qh: nib16_qh_words}
 
 # layout -> (its extra argument types: "i" an int offset, "s" a shift amount)
 LAYOUT_ARGS = {nib16: "i", nib16_qh: "ii", i8x32: "i", nib32: "is", nib32_hb: "isis",
