@@ -50,3 +50,6 @@ def test_silu_mul_matches_the_reference_formula():
     assert (err <= 4 * np.finfo(np.float32).eps * np.abs(want) + 1e-35).all(), err.max()
     assert np.abs(out[g < -87]).max() < 1e-35 and (err[g >= -87] <= 4 * np.finfo(
         np.float32).eps * np.abs(want[g >= -87])).all()
+    inplace = g.copy()
+    fastexp.silu_mul_inplace(inplace, u)
+    np.testing.assert_array_equal(inplace, out)

@@ -27,7 +27,7 @@ from apr_core.model import fused
 
 from . import cpu, pool
 from .cpu_attention import attend, attend_scratch
-from .fastexp import silu_mul
+from .fastexp import silu_mul_inplace
 
 F32 = np.float32
 
@@ -181,9 +181,8 @@ def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
                  workers.chunks(weights.nbytes))
         return out
     g, u = gate.matmul(x), up.matmul(x)                             # [T, d_ff] each
-    out = np.empty_like(g)
-    silu_mul(g, u, out)
-    return out
+    silu_mul_inplace(g, u)      # a new [T, d_ff] output costs first-touch page faults
+    return g
 
 
 # kind -> numba version (registered by apr_native.backends for backend "numba").

@@ -65,4 +65,16 @@ def silu_mul(g, u, out):
             ot[i] = x / (F32(1.0) + exp_f32(-x)) * ut[i]
 
 
-__all__ = ["exp_f32", "silu_mul", "f32_from_bits"]
+@njit(cache=True, error_model="numpy")
+def silu_mul_inplace(g, u):
+    """g = g / (1 + exp(-g)) * u in place, `g, u [T, n]` float32 (no new output array; one
+    array read and written at the same index keeps the loop vectorized, where passing it
+    as both input and output of `silu_mul` fails LLVM's overlap test)."""
+    for t in range(g.shape[0]):
+        gt, ut = g[t], u[t]
+        for i in range(gt.shape[0]):
+            x = gt[i]
+            gt[i] = x / (F32(1.0) + exp_f32(-x)) * ut[i]
+
+
+__all__ = ["exp_f32", "silu_mul", "silu_mul_inplace", "f32_from_bits"]
