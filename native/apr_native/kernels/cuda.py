@@ -1,9 +1,9 @@
 """numba CUDA kernels: quantized matvec/matmul for the block types of `common.BLOCKS`,
 and attention over the KV cache (the registry kinds "matmul" and "attention").
 
-One thread computes one output: `y[t, r]` of a matmul (row r's blocks decoded to float32
-exactly as the numpy reference does, products accumulated in float32), or one (token,
-head) row of attention. The thread code lives in `cuda_threads`, shared with
+A warp computes one matmul output `y[t, r]`: its 32 lanes take every 32nd block of row r
+(neighbouring lanes read neighbouring blocks, so loads coalesce), decode them to float32
+exactly as the numpy reference does, accumulate in float32 and meet in a tree reduction. One thread computes one (token, head) row of attention. The thread code lives in `cuda_threads`, shared with
 `cuda_emulated` (the same code compiled for the CPU); the kernels here only map the grid
 to it. With no GPU here, they are checked three ways: compiled to PTX for sm_75 (NVVM),
 run by numba's simulator (`NUMBA_ENABLE_CUDASIM=1`) on real tensors and a tiny model,
@@ -16,13 +16,16 @@ from __future__ import annotations
 from typing import Dict, Tuple
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 
 from . import cuda_threads
 from .common import BLOCKS
 
 SUPPORTED = tuple(BLOCKS)
-THREADS = 64
+THREADS = 64                                   # attention: threads per CUDA block
+WARP = cuda_threads.WARP
+ROWS_PER_BLOCK = 4                             # matmul: warps (rows) per CUDA block
+MATMUL_THREADS = ROWS_PER_BLOCK * WARP         # a literal for the shared array's size
 
 _device = cuda_threads.compile_for(cuda.jit(device=True))
 row_dot = _device.row_dot
@@ -31,11 +34,28 @@ attend = _device.attend
 
 @cuda.jit
 def _matmul_kernel(kind, w, rows, nb, row_bytes, x, y):
-    """`y [T, rows]` = W `x [T, in]`; one thread per (row, token)."""
-    r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    """`y [T, rows]` = W `x [T, in]`; one warp per (row, token), ROWS_PER_BLOCK warps per
+    CUDA block: grid (ceil(rows / ROWS_PER_BLOCK), T). The lanes' sums meet in a tree in
+    shared memory (lane l adds lane l + 16, 8, 4, 2, 1), every thread of the block at
+    every barrier (numba's simulator has no warp shuffles to check a shuffle tree with)."""
+    sums = cuda.shared.array(MATMUL_THREADS, float32)
+    tid = cuda.threadIdx.x
+    lane = tid % WARP
+    r = cuda.blockIdx.x * ROWS_PER_BLOCK + tid // WARP
     t = cuda.blockIdx.y
+    s = float32(0.0)
     if r < rows:
-        y[t, r] = row_dot(kind, w, r * row_bytes, nb, x, t)
+        s = row_dot(kind, w, r * row_bytes, nb, x, t, lane, WARP)
+    sums[tid] = s
+    cuda.syncthreads()
+    offset = WARP // 2
+    while offset > 0:
+        if lane < offset:
+            sums[tid] += sums[tid + offset]
+        cuda.syncthreads()
+        offset //= 2
+    if lane == 0 and r < rows:
+        y[t, r] = sums[tid]
 
 
 # id(host array) -> (host array, device copy); holding the host array keeps its id unique.
@@ -56,9 +76,10 @@ def cuda_matmul(data: np.ndarray, dtype, shape: Tuple[int, int], x: np.ndarray,
     out_dim, in_dim = shape
     nb = in_dim // block
     y = cuda.device_array((x.shape[0], out_dim), np.float32)
-    grid = ((out_dim + THREADS - 1) // THREADS, x.shape[0])
-    _matmul_kernel[grid, THREADS](kind, _on_device(data), out_dim, nb, nb * size,
-                                  cuda.to_device(np.ascontiguousarray(x, np.float32)), y)
+    grid = ((out_dim + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK, x.shape[0])
+    _matmul_kernel[grid, MATMUL_THREADS](
+        kind, _on_device(data), out_dim, nb, nb * size,
+        cuda.to_device(np.ascontiguousarray(x, np.float32)), y)
     return y.copy_to_host()
 
 

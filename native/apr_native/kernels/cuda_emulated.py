@@ -20,17 +20,24 @@ from .common import BLOCKS
 
 SUPPORTED = tuple(BLOCKS)
 
+WARP = cuda_threads.WARP
+
 _cpu = cuda_threads.compile_for(njit)
 row_dot = _cpu.row_dot
 attend = _cpu.attend
+warp_tree_sum = _cpu.warp_tree_sum
 
 
 @njit(parallel=True)
 def _matmul_grid(kind, w, rows, nb, row_bytes, x, y):
-    """`_matmul_kernel`'s grid: every (row r, token t) thread."""
+    """`_matmul_kernel`'s grid: the warp of every (row r, token t), its lanes' sums met in
+    the order of the kernel's reduction tree."""
     for r in prange(rows):
+        lanes = np.empty(WARP, np.float32)
         for t in range(x.shape[0]):
-            y[t, r] = row_dot(kind, w, r * row_bytes, nb, x, t)
+            for lane in range(WARP):
+                lanes[lane] = row_dot(kind, w, r * row_bytes, nb, x, t, lane, WARP)
+            y[t, r] = warp_tree_sum(lanes)
 
 
 @njit(parallel=True)

@@ -7,7 +7,8 @@ The functions here are plain Python; `compile_for(jit)` compiles them callees fi
 binds each caller's global names to the compiled callees of the same target.
 
 Arithmetic follows the numpy reference: weights decode exactly to float32 (`d * q (+ m)`,
-K-quant `dl * q - ml`) and products accumulate in float32 in element order; attention
+K-quant `dl * q - ml`) and products accumulate in float32 (a warp shares a row: each lane
+sums every 32nd block in order, then the lanes are summed as a tree); attention
 scores and softmax run in float64 (as `apr_core.model.layers.attention`), V in float32.
 """
 from __future__ import annotations
@@ -43,14 +44,16 @@ def k4(w, o, j):
             (w[o + j + 4] >> 4) | ((w[o + j] >> 6) << 4))
 
 
-def row_dot(kind, w, o, nb, x, t):
-    """Weight row at byte `o` (nb blocks of `common.BLOCKS` kind `kind`) . `x[t]`, float32."""
+def row_dot(kind, w, o, nb, x, t, first, step):
+    """Blocks `first, first + step, ... < nb` of the weight row at byte `o` (blocks of
+    `common.BLOCKS` kind `kind`) . the same elements of `x[t]`, float32: one lane's part
+    of a row that a warp of `step` lanes shares."""
     acc = float32(0.0)
     if kind <= 3:                                          # Q4_0 Q4_1 Q5_0 Q5_1
         size = (18, 20, 22, 24)[kind]
         has_min = kind == 1 or kind == 3
         five = kind >= 2
-        for b in range(nb):
+        for b in range(first, nb, step):
             p = o + b * size
             d = f16(w, p)
             m = f16(w, p + 2) if has_min else float32(0.0)
@@ -70,7 +73,7 @@ def row_dot(kind, w, o, nb, x, t):
                 acc += (float32(lo - offset) * d + m) * x[t, b * 32 + j]
                 acc += (float32(hi - offset) * d + m) * x[t, b * 32 + 16 + j]
     elif kind == 4:                                        # Q8_0
-        for b in range(nb):
+        for b in range(first, nb, step):
             p = o + b * 34
             d = f16(w, p)
             for j in range(32):
@@ -80,7 +83,7 @@ def row_dot(kind, w, o, nb, x, t):
     elif kind == 5 or kind == 6:                           # Q4_K Q5_K
         size = 144 if kind == 5 else 176
         qs = 16 if kind == 5 else 48
-        for b in range(nb):
+        for b in range(first, nb, step):
             p = o + b * size
             d, dmin = f16(w, p), f16(w, p + 2)
             for j in range(8):
@@ -93,7 +96,7 @@ def row_dot(kind, w, o, nb, x, t):
                         q |= np.int32((w[p + 16 + l] >> j) & 1) << 4
                     acc += (dl * float32(q) - ml) * x[t, b * 256 + 32 * j + l]
     else:                                                  # Q6_K
-        for b in range(nb):
+        for b in range(first, nb, step):
             p = o + b * 210
             d = f16(w, p + 208)
             for g in range(16):
@@ -140,13 +143,28 @@ def attend(q, k, v, n_keys, q_pos, scale, window, t, h, scores, out):
         out[t, h, i] = acc
 
 
+WARP = 32
+
+
+def warp_tree_sum(lanes):
+    """What lane 0 holds after `cuda._matmul_kernel`'s tree reduction of a warp's
+    `lanes [WARP]` float32 (offsets 16, 8, 4, 2, 1: lane l adds lane l + offset), in that
+    order; `lanes` is overwritten. The emulation's stand-in for the kernel's tree."""
+    offset = WARP // 2
+    while offset > 0:
+        for lane in range(offset):
+            lanes[lane] += lanes[lane + offset]
+        offset //= 2
+    return lanes[0]
+
+
 # callees before their callers
-_ORDER = (f16, k4, row_dot, attend)
+_ORDER = (f16, k4, row_dot, attend, warp_tree_sum)
 
 
 def compile_for(jit: Callable) -> SimpleNamespace:
     """Every thread function compiled by `jit`, each calling the others' compiled forms:
-    `.f16`, `.k4`, `.row_dot`, `.attend`."""
+    `.f16`, `.k4`, `.row_dot`, `.attend`, `.warp_tree_sum`."""
     done = {}
     for fn in _ORDER:
         scope = dict(fn.__globals__)
@@ -157,4 +175,4 @@ def compile_for(jit: Callable) -> SimpleNamespace:
     return SimpleNamespace(**done)
 
 
-__all__ = ["compile_for", "row_dot", "attend"]
+__all__ = ["compile_for", "row_dot", "attend", "warp_tree_sum", "WARP"]
