@@ -3,11 +3,13 @@ and attention over the KV cache (the registry kinds "matmul" and "attention").
 
 A warp computes one matmul output `y[t, r]`: its 32 lanes take every 32nd block of row r
 (neighbouring lanes read neighbouring blocks, so loads coalesce), decode them to float32
-exactly as the numpy reference does, accumulate in float32 and meet in a tree reduction. One thread computes one (token, head) row of attention. The thread code lives in `cuda_threads`, shared with
-`cuda_emulated` (the same code compiled for the CPU); the kernels here only map the grid
-to it. With no GPU here, they are checked three ways: compiled to PTX for sm_75 (NVVM),
-run by numba's simulator (`NUMBA_ENABLE_CUDASIM=1`) on real tensors and a tiny model,
-and their thread code on whole real models through `cuda_emulated`.
+exactly as the numpy reference does, accumulate in float32 and meet in a tree reduction.
+One thread computes one (token, head) row of attention. The thread code lives in
+`cuda_threads`, shared with `cuda_emulated` (the same code compiled for the CPU); the
+kernels here map the grid to it. With no GPU here, they are checked three ways: compiled
+to PTX for sm_75 and assembled (tests/test_cuda_ptx.py), run by numba's simulator
+(`NUMBA_ENABLE_CUDASIM=1`) on real tensors and a tiny model, bit-identical to the
+emulation, and their thread code on whole real models through `cuda_emulated`.
 
 Weights are copied to the device once, on first use, and cached by their host address.
 """

@@ -6,9 +6,10 @@ unrolled before LLVM's loop vectorizer sees it, numba leaves the SLP vectorizer 
 numba widens every small-int operation to int64 -- the result is scalar code at
 < 1 GB/s (ARCHITECTURE §7). Here each block is built directly as `<n x i8>` vector
 operations (load, shift, mask, shuffle), the dot with int16 activations is
-`reduce.add(sext(codes) * sext(x))`, which the x86 backend lowers to `vpmaddwd`, and the dequantizing store is `sitofp`, one
-`fmul` and one `fadd` per lane, rounded exactly as the numpy reference (no fast-math flags,
-so no FMA contraction). The IR is target-independent: other CPUs get their own lowering.
+`reduce.add(sext(codes) * sext(x))`, which the x86 backend lowers to `vpmaddwd`, and
+the dequantizing store is `sitofp`, one `fmul` and one `fadd` per lane, rounded exactly
+as the numpy reference (no fast-math flags, so no FMA contraction). The IR is
+target-independent: other CPUs get their own lowering.
 
 Each layout is a function `(builder, w_ptr, offsets...) -> <n x i8> codes`; `make_pair`
 turns one into a dot, an accumulating dot and a dequantize intrinsic:
@@ -241,17 +242,27 @@ def nib16_words(builder, w, args):
     return [builder.and_(raw, _const(I16, [15] * 16)), builder.lshr(raw, _const(I16, [4] * 16))]
 
 
+def _lane_mask(builder: ir.IRBuilder, word: ir.Value) -> ir.Value:
+    """An iN word as `<N x i1>`: bit j -> lane j (on little-endian targets)."""
+    return builder.bitcast(word, _vec(ir.IntType(1), word.type.width))
+
+
+def _u32(builder: ir.IRBuilder, w: ir.Value, off: ir.Value) -> ir.Value:
+    """The (unaligned, little-endian) u32 at byte `off`."""
+    return builder.load(builder.bitcast(builder.gep(w, [off]), I32.as_pointer()), align=1)
+
+
 def nib16_qh(builder, w, args):
     """Legacy 5-bit: nib16 plus bit j of the little-endian u32 at `qh_off` as bit 4.
 
     The u32 is bitcast to a `<32 x i1>` (bit j -> lane j on little-endian targets) that
-    selects 16 or 0 per lane: one mask move and one masked blend with AVX-512 (Q5_0 2.5 ->
-    1.87 ns a block on one thread). Spreading the qh bytes with a byte shuffle and
-    testing each lane's bit against a constant cost three more vector ops per block."""
+    selects 16 or 0 per lane: one mask move and one masked blend with AVX-512. Spreading
+    the qh bytes with a byte shuffle and testing each lane's bit against a constant cost
+    three more vector ops per block (Q5_0 dots 2.5 -> 1.87 ns a block on one thread;
+    1.48 ns in the word form below, which the dots use where pmaddwd exists)."""
     off, qh_off = args
     low = nib16(builder, w, (off,))
-    qh = builder.load(builder.bitcast(builder.gep(w, [qh_off]), I32.as_pointer()), align=1)
-    is_set = builder.bitcast(qh, _vec(ir.IntType(1), 32))               # bit j -> lane j
+    is_set = _lane_mask(builder, _u32(builder, w, qh_off))
     high = builder.select(is_set, _const(I8, [16] * 32), _const(I8, [0] * 32))
     return builder.or_(low, high)
 
@@ -261,11 +272,11 @@ def nib16_qh_words(builder, w, args):
     16 where its 16 bits of the qh word are set (bitcast to `<16 x i1>` lane masks)."""
     off, qh_off = args
     halves = nib16_words(builder, w, (off,))
-    qh = builder.load(builder.bitcast(builder.gep(w, [qh_off]), I32.as_pointer()), align=1)
+    qh = _u32(builder, w, qh_off)
     out = []
     for i, half in enumerate(halves):
         bits = builder.trunc(builder.lshr(qh, ir.Constant(I32, 16 * i)), I16)
-        is_set = builder.bitcast(bits, _vec(ir.IntType(1), 16))
+        is_set = _lane_mask(builder, bits)
         out.append(builder.or_(half, builder.select(is_set, _const(I16, [16] * 16),
                                                     _const(I16, [0] * 16))))
     return out
