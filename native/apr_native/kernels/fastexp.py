@@ -54,27 +54,31 @@ def exp_f32(x):
     return p * f32_from_bits(np.int32((np.int32(n) + np.int32(127)) << np.int32(23)))
 
 
-@njit(cache=True, error_model="numpy")    # no ZeroDivisionError test (1 + exp > 0): vectorizes
+@njit(inline="always", cache=True, error_model="numpy")
+def silu_times(x, u):
+    """x / (1 + exp(-x)) * u, float32 (the reference's SiLU formula). The numpy error
+    model drops the ZeroDivisionError test (1 + exp > 0), so loops over it vectorize."""
+    return x / (F32(1.0) + exp_f32(-x)) * u
+
+
+@njit(cache=True, error_model="numpy")
 def silu_mul(g, u, out):
-    """out = g / (1 + exp(-g)) * u, float32 (the reference's SiLU formula), `g, u, out
-    [T, n]`."""
+    """out = silu(g) * u, `g, u, out [T, n]` float32."""
     for t in range(g.shape[0]):
         gt, ut, ot = g[t], u[t], out[t]
         for i in range(gt.shape[0]):
-            x = gt[i]
-            ot[i] = x / (F32(1.0) + exp_f32(-x)) * ut[i]
+            ot[i] = silu_times(gt[i], ut[i])
 
 
 @njit(cache=True, error_model="numpy")
 def silu_mul_inplace(g, u):
-    """g = g / (1 + exp(-g)) * u in place, `g, u [T, n]` float32 (no new output array; one
-    array read and written at the same index keeps the loop vectorized, where passing it
-    as both input and output of `silu_mul` fails LLVM's overlap test)."""
+    """g = silu(g) * u in place, `g, u [T, n]` float32 (no new output array; one array
+    read and written at the same index keeps the loop vectorized, where passing it as
+    both input and output of `silu_mul` fails LLVM's overlap test)."""
     for t in range(g.shape[0]):
         gt, ut = g[t], u[t]
         for i in range(gt.shape[0]):
-            x = gt[i]
-            gt[i] = x / (F32(1.0) + exp_f32(-x)) * ut[i]
+            gt[i] = silu_times(gt[i], ut[i])
 
 
-__all__ = ["exp_f32", "silu_mul", "silu_mul_inplace", "f32_from_bits"]
+__all__ = ["exp_f32", "silu_times", "silu_mul", "silu_mul_inplace", "f32_from_bits"]

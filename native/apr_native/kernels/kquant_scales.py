@@ -13,7 +13,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .simd import F32, I8, I32, _const, _load, _ptr, _splat, _vec, f32x8
+from .llvm_ir import F32, I8, I32, _const, _load, _ptr, _splat, _vec
+from .simd import f32x8
 
 
 @intrinsic

@@ -29,11 +29,8 @@ from numba import types
 from numba.core import datamodel
 from numba.extending import intrinsic, register_model
 
-I8, I16, I32, F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
-
-
-def _vec(elem: ir.Type, n: int) -> ir.VectorType:
-    return ir.VectorType(elem, n)
+from .llvm_ir import (F32, I8, I16, I32, _F16C, _PMADDWD, _const, _fmuladd, _load, _pair_sums,
+                      _pmaddwd, _ptr, _reduce_add, _shift_mask, _splat, _vec)
 
 
 class F32x8(types.Type):
@@ -70,107 +67,6 @@ def hsum8(typingctx, acc):
                              builder.shuffle_vector(v, v, _const(I32, range(half, 2 * half))))
         return builder.extract_element(v, ir.Constant(I32, 0))
     return types.float32(acc), codegen
-
-
-def _const(elem: ir.Type, values) -> ir.Constant:
-    return ir.Constant(_vec(elem, len(values)), list(values))
-
-
-def _splat(builder: ir.IRBuilder, value: ir.Value, n: int) -> ir.Value:
-    vty = _vec(value.type, n)
-    one = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(one, one, ir.Constant(_vec(I32, n), [0] * n))
-
-
-def _ptr(context, builder, arrty, arr, offset) -> ir.Value:
-    """Address of `arr[offset]` (element pointer of its dtype)."""
-    data = context.make_array(arrty)(context, builder, arr).data
-    return builder.gep(data, [offset])
-
-
-def _load(builder: ir.IRBuilder, ptr: ir.Value, n: int, elem: ir.Type = I8) -> ir.Value:
-    return builder.load(builder.bitcast(ptr, _vec(elem, n).as_pointer()), align=1)
-
-
-def _shift_mask(builder, bytes_, shift, mask: int) -> ir.Value:
-    """`(bytes >> shift) & mask` lane-wise; `shift` an i8 value (runtime) or int."""
-    n = bytes_.type.count
-    amount = _splat(builder, shift, n) if isinstance(shift, ir.Value) else _const(I8, [shift] * n)
-    return builder.and_(builder.lshr(bytes_, amount), _const(I8, [mask] * n))
-
-
-def _fmuladd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    """a * b + c lane-wise, fused where the CPU has FMA (llvm.fmuladd)."""
-    name = "llvm.fmuladd.v{}f32".format(a.type.count)
-    fn = builder.module.globals.get(name) or ir.Function(
-        builder.module, ir.FunctionType(a.type, [a.type] * 3), name)
-    return builder.call(fn, [a, b, c])
-
-
-def _pmaddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
-    """x86 `pmaddwd` of two `<16 x i16>`: adjacent products summed, `<8 x i32>` (only
-    where `_PMADDWD` is set)."""
-    fn = builder.module.globals.get(_PMADDWD) or ir.Function(
-        builder.module, ir.FunctionType(_vec(I32, 8), [_vec(I16, 16)] * 2), _PMADDWD)
-    return builder.call(fn, [a, b])
-
-
-def _pair_sums(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value) -> ir.Value:
-    """`<n x i8>` codes times `<n x i16>` activations folded to `<8 x i32>`: adjacent
-    pairs first (x86 `pmaddwd` where the CPU has it), then halves."""
-    n = codes.type.count
-    if _PMADDWD is not None and n % 16 == 0:
-        c16 = builder.sext(codes, _vec(I16, n))
-        parts = []
-        for i in range(0, n, 16):
-            pick = _const(I32, range(i, i + 16))
-            parts.append(_pmaddwd(builder, builder.shuffle_vector(c16, c16, pick),
-                                  builder.shuffle_vector(x, x, pick)))
-        total = parts[0]
-        for part in parts[1:]:
-            total = builder.add(total, part)
-        return total
-    wide = _vec(I32, n)
-    prod = builder.mul(builder.sext(codes, wide), builder.sext(x, wide))
-    s = builder.add(builder.shuffle_vector(prod, prod, _const(I32, range(0, n, 2))),
-                    builder.shuffle_vector(prod, prod, _const(I32, range(1, n, 2))))
-    while s.type.count > 8:
-        half = s.type.count // 2
-        s = builder.add(builder.shuffle_vector(s, s, _const(I32, range(half))),
-                        builder.shuffle_vector(s, s, _const(I32, range(half, 2 * half))))
-    return s
-
-
-def _host_has(feature: str) -> bool:
-    """Whether the host CPU (numba compiles for it) has `feature` ("avx2", "f16c")."""
-    try:
-        import llvmlite.binding as llvm
-        return bool(llvm.get_host_cpu_features().get(feature))
-    except Exception:  # a non-x86 host or an llvmlite without the query: generic IR
-        return False
-
-
-# The AVX2 pmaddwd intrinsic where the host has it: LLVM does not always find pmaddwd in
-# the generic even/odd pattern.
-_PMADDWD = "llvm.x86.avx2.pmadd.wd" if _host_has("avx2") else None
-def _asm_ready() -> bool:
-    """Inline assembly needs the native asm parser, which numba does not load."""
-    try:
-        import llvmlite.binding as llvm
-        llvm.initialize_native_asmparser()
-        return True
-    except Exception:  # pragma: no cover - an llvmlite built without it
-        return False
-
-
-_F16C = _host_has("f16c") and _asm_ready()
-
-
-def _reduce_add(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    name = "llvm.vector.reduce.add.v{}i32".format(v.type.count)
-    fn = builder.module.globals.get(name) or ir.Function(
-        builder.module, ir.FunctionType(I32, [v.type]), name)
-    return builder.call(fn, [v])
 
 
 @intrinsic
