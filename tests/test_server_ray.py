@@ -34,8 +34,18 @@ def load_example():
     return module
 
 
-def test_two_replicas_answer_through_ray_proxy(smollm2_gguf):
+# Ray Serve's controller kills a proxy whose ready check takes over 5 s (and then fails
+# `serve.start`); the proxy's interpreter imports Ray Serve, Starlette and uvicorn, which
+# took longer than that on this 2-core machine while the other pytest worker compiled numba
+# kernels. Workers inherit these from the driver's environment at `ray.init`.
+SLOW_MACHINE_TIMEOUTS = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "120",
+                         "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
+
+
+def test_two_replicas_answer_through_ray_proxy(smollm2_gguf, monkeypatch):
     import ray
+    for name, seconds in SLOW_MACHINE_TIMEOUTS.items():
+        monkeypatch.setenv(name, seconds)
     example = load_example()
     port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=example.runtime_env(),
