@@ -13,8 +13,8 @@ AVX-512 build). So:
 - at every step those centered logits agree within LOGIT_TOL: a kernel bug moves them by
   units, not tenths;
 - at every step where apr's top-2 gap exceeds 2 * LOGIT_TOL, llama.cpp picks the same
-  token, and at least half the steps are such steps. Closer calls may go either way: on SmolLM2 step
-  28 (apr's gap 0.085) llama.cpp's 8-bit activations flip the order.
+  token, and at least half the steps are such steps. Closer calls may go either way: on
+  SmolLM2 step 28 (apr's gap 0.085) llama.cpp's 8-bit activations flip the order.
 """
 import numpy as np
 import pytest
