@@ -19,7 +19,8 @@ from .errors import AprError, ErrorCode
 from .generate import generate_step
 from .sampling import Sampler, SamplerConfig
 from .text.chat import render_chat
-from .text.tokenizer import StreamingDetokenizer, Tokenizer
+from .text.text_stream import TextStream
+from .text.tokenizer import Tokenizer
 
 
 class Piece(NamedTuple):
@@ -136,24 +137,17 @@ class TextModel:
                max_tokens: int = 128, stop: Sequence[str] = (), cache: Any = None
                ) -> Iterator[Piece]:
         """Yield generated pieces; ends at EOS/EOG, a stop string, or `max_tokens`."""
-        stops = [s for s in stop if s]
-        detok = StreamingDetokenizer(self.tokenizer)
-        held = ""   # text not yet emitted because it may be the start of a stop string
+        text = TextStream(self.tokenizer, stop)
         steps = generate_step(self.transformer, prompt_ids, Sampler(sampler or SamplerConfig(
             temperature=0.0)), max_tokens, self.tokenizer.eog_ids, cache)
         for token in steps:
-            held += detok.add(token)
-            cut = _first_stop(held, stops)
-            if cut is not None:
-                yield Piece(token, held[:cut])
+            piece, stopped = text.add(token)
+            yield Piece(token, piece)
+            if stopped:
                 return
-            safe = len(held) - _longest_stop_prefix(held, stops)
-            yield Piece(token, held[:safe])
-            held = held[safe:]
-        held += detok.flush()
-        cut = _first_stop(held, stops)
-        if held:
-            yield Piece(-1, held if cut is None else held[:cut])
+        tail = text.finish()
+        if tail:
+            yield Piece(-1, tail)
 
     def generate(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
                  max_tokens: int = 128, stop: Sequence[str] = ()) -> Generation:
@@ -174,19 +168,3 @@ class TextModel:
         stopped = len(ids) < max_tokens or any(s and s in body for s in stop)
         return Generation(body, ids, len(prompt_ids), "stop" if stopped else "length",
                           first - start, end - first)
-
-
-def _first_stop(text: str, stops: Sequence[str]) -> Optional[int]:
-    found = [text.find(s) for s in stops if s in text]
-    return min(found) if found else None
-
-
-def _longest_stop_prefix(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of a stop string."""
-    best = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), best, -1):
-            if text.endswith(stop[:n]):
-                best = n
-                break
-    return best

@@ -1,7 +1,7 @@
 """The numba "decoder_block" kind (apr_native/kernels/cpu_block.py): a whole layer in one
 call must give bit-identical results to the same layer run kind by kind from
 `Transformer.run_block` (same kernels, same order), with 1 and 2 pool threads; layers it
-does not handle (LayerNorm, Gemma's extra norms, dense weights) and prefill fall back."""
+does not handle (LayerNorm, Gemma's extra norms, dense weights) fall back."""
 import numpy as np
 import pytest
 
@@ -59,9 +59,9 @@ def test_one_call_layer_equals_the_kinds_bit_for_bit(arch, quant, kv, tmp_path, 
     model = Transformer.from_path(str(path))
     calls = count_fused_layers(monkeypatch)
     fast = steps(model)
-    # prefill (6 tokens > DOT_MAX_TOKENS) runs kind by kind; 4 decode steps and the
-    # 3-token step run each of the 2 layers in one call
-    assert len(calls) == 5 * model.config.n_layers
+    # the prefill (6 tokens > DOT_MAX_TOKENS: float products), 4 decode steps and the
+    # 3-token step (integer dots) run each of the 2 layers in one call
+    assert len(calls) == 6 * model.config.n_layers
     monkeypatch.delitem(registry._KERNELS[("decoder_block", "*")], "numba")
     by_kinds = steps(model)
     for got, want in zip(fast, by_kinds):

@@ -14,7 +14,11 @@ in `transformer.py` is the same for every backend. Every kind is keyed by dtype 
                     scale, window)
     matmul_glu     (gate: Linear, up: Linear, x [T,d], act)                [T, d_ff]
     decoder_block  (model: Transformer, block, x [T,d], positions [T],     [T, d]
-                    cache: KVCache, tables: {rope kind: (cos, sin)})
+                    cache: KVCache | BatchKV, tables: {rope kind: (cos, sin)})
+    rope_store_paged  (q, k, v, cos, sin, dim, neox,                        q_rot [T,H,hd]
+                    k_pool [n_kv,slots,hd], v_pool [n_kv,slots,hd], slots [T])
+    attention_paged   (q [T,H,hd], k_pool, v_pool, tables [T,blocks] int32,  [T, H*hd]
+                    block, q_pos [T], scale, window)
 
 - rms_norm_add: `s = x + a` (`x` itself when `a` is None), `h = rms_norm(s) * weight`.
 - rope_store: rotate the first `dim` features of every q and k head (neox: feature i pairs
@@ -23,6 +27,11 @@ in `transformer.py` is the same for every backend. Every kind is keyed by dtype 
 - attention: grouped-query attention of q over cached keys `0 .. n_keys-1`; key j is
   visible to the query at position p iff j <= p and (window == 0 or p - j < window).
 - matmul_glu: `ACTIVATION_FNS[act](gate.matmul(x)) * up.matmul(x)`.
+- rope_store_paged: rope_store into a paged pool: token t's k and v go to slot `slots[t]`.
+- attention_paged: query row t (at position q_pos[t]) attends to key positions 0..q_pos[t]
+  of its own sequence, whose position j sits in slot
+  `tables[t, j // block] * block + j % block` (window as for attention). Rows of several
+  sequences share one call: that is a continuous-batching step.
 - decoder_block: one whole decoder layer, `model.run_block(...)` (which calls the kinds
   above): a backend may run a layer it fully supports as one call, so a decode step does
   not pay Python's per-call costs a dozen times per layer.
@@ -67,6 +76,44 @@ def cached_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_
                      window or None)
 
 
+def rope_store_paged(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
+                     sin: Optional[np.ndarray], dim: int, neox: bool, k_pool: np.ndarray,
+                     v_pool: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """RoPE on q and k, then k and v into the pool `[n_kv, slots, hd]` at `slots [T]`."""
+    if cos is not None:
+        q = rotate(q, cos, sin, dim, neox)
+        k = rotate(k, cos, sin, dim, neox)
+    k_pool[:, slots] = k.transpose(1, 0, 2)                         # [T, n_kv, hd] -> [n_kv, T, hd]
+    v_pool[:, slots] = v.transpose(1, 0, 2)
+    return q
+
+
+def sequence_slots(table: np.ndarray, block: int, n_keys: int) -> np.ndarray:
+    """Slots of positions `0 .. n_keys-1` of a sequence whose blocks are `table`."""
+    positions = np.arange(n_keys)                                   # [L]
+    return table[positions // block].astype(np.int64) * block + positions % block
+
+
+def attention_paged(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray,
+                    tables: np.ndarray, block: int, q_pos: np.ndarray, scale: float,
+                    window: int) -> np.ndarray:
+    """Each run of rows with the same block table is one sequence: its keys are gathered
+    from the pool and `layers.attention` runs over them -> `[T, H * hd]`."""
+    t_count = q.shape[0]
+    out = np.empty((t_count, q.shape[1] * q.shape[2]), np.float32)  # [T, H*hd]
+    first = 0
+    while first < t_count:
+        last = first + 1
+        while last < t_count and np.array_equal(tables[last], tables[first]):
+            last += 1
+        n_keys = int(q_pos[first:last].max()) + 1
+        slots = sequence_slots(tables[first], block, n_keys)        # [L]
+        out[first:last] = attention(q[first:last], k_pool[:, slots], v_pool[:, slots],
+                                    q_pos[first:last], scale, window or None)
+        first = last
+    return out
+
+
 def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
     """Gated MLP input: `act(x W_gate^T + b) * (x W_up^T + b)` -> `[T, d_ff]`."""
     from .weights import matmul_group
@@ -87,6 +134,8 @@ KINDS = {
     "attention": cached_attention,
     "matmul_glu": matmul_glu,
     "decoder_block": decoder_block,
+    "rope_store_paged": rope_store_paged,
+    "attention_paged": attention_paged,
 }
 
 for _kind, _fn in KINDS.items():
@@ -99,4 +148,5 @@ def kernel(kind: str) -> Any:
 
 
 __all__ = ["KINDS", "kernel", "rms_norm_add", "rope_store", "cached_attention",
-           "matmul_glu", "decoder_block"]
+           "matmul_glu", "decoder_block", "rope_store_paged", "attention_paged",
+           "sequence_slots"]

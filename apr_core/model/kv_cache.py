@@ -7,11 +7,12 @@ one contiguous `[L, head_dim]` slab per KV head. The arrays are allocated once w
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
 from ..errors import AprError, ErrorCode
+from . import fused
 
 
 class KVCache:
@@ -51,6 +52,27 @@ class KVCache:
         """The whole K and V arrays of `layer`, each `[n_kv, capacity, hd]` (positions
         from `length` on are free for the step being computed)."""
         return self.k[layer], self.v[layer]
+
+    def positions(self, n_new: int) -> np.ndarray:
+        """Positions `[n_new]` int64 of the next tokens."""
+        return np.arange(self.length, self.length + n_new, dtype=np.int64)
+
+    def rope_store(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                   cos: Any, sin: Any, dim: int, neox: bool) -> np.ndarray:
+        """Fused kind "rope_store" at `length ..` -> rotated q `[T, H, hd]`."""
+        return fused.kernel("rope_store")(q, k, v, cos, sin, dim, neox, self.k[layer],
+                                          self.v[layer], self.length)
+
+    def attention(self, layer: int, q: np.ndarray, positions: np.ndarray, scale: float,
+                  window: int) -> np.ndarray:
+        """Fused kind "attention" of `q [T, H, hd]` over keys `0 .. length+T-1`."""
+        return fused.kernel("attention")(q, self.k[layer], self.v[layer],
+                                         self.length + q.shape[0], positions, scale, window)
+
+    def kernel_view(self, n_new: int) -> Tuple[np.ndarray, np.ndarray, int]:
+        """(slots [T] int64, tables [T, 1] int32, block): this cache as one block of
+        `capacity` slots, the form a paged kernel takes (`fused.attention_paged`)."""
+        return (self.positions(n_new), np.zeros((n_new, 1), np.int32), self.capacity)
 
     def advance(self, n_new: int) -> None:
         self.length += n_new

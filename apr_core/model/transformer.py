@@ -122,6 +122,14 @@ class Transformer:
             x = x[-1:]
         return self.lm_head.matmul(x)                                  # [T, d] -> [T, n_vocab]
 
+    def forward_rows(self, token_ids: Sequence[int], cache: Any, rows: Sequence[int]
+                     ) -> np.ndarray:
+        """`forward` with logits for the given rows only (a batch step: the last row of
+        each sequence that samples next) -> `[len(rows), n_vocab]`."""
+        x = self.hidden_states(token_ids, cache)                       # [T, d_model]
+        picked = np.ascontiguousarray(x[np.asarray(rows, np.int64)])   # [R, d_model]
+        return self.lm_head.matmul(picked)                             # [R, n_vocab]
+
     def hidden_states(self, token_ids: Sequence[int], cache: Optional[KVCache] = None,
                       observe: Optional[Callable[[str, np.ndarray], None]] = None
                       ) -> np.ndarray:
@@ -141,8 +149,7 @@ class Transformer:
         if cache is None:
             cache = self.new_cache(ids.size)
         cache.check_room(ids.size)
-        start = cache.length
-        positions = np.arange(start, start + ids.size)                # [T]
+        positions = cache.positions(ids.size)                          # [T] int64
         x = self.embedding.rows(ids)                                   # [T, d_model]
         if cfg.embed_scale != 1.0:
             x = x * np.float32(cfg.embed_scale)
@@ -164,8 +171,8 @@ class Transformer:
     def run_block(self, block: Block, x: np.ndarray, positions: np.ndarray, cache: KVCache,
                   tables: Dict[str, Any]) -> np.ndarray:
         """Decoder layer `block` on the residual stream `x [T, d]` at `positions [T]`
-        (its K and V stored in `cache` from `cache.length`; `tables` the RoPE cos/sin by
-        kind) -> the stream after it `[T, d]`. THE definition of a layer: the fused kind
+        (its K and V stored in `cache`: a KVCache from `cache.length`, or a batch step's
+        BatchKV at its slots; `tables` the RoPE cos/sin by kind) -> the stream after it `[T, d]`. THE definition of a layer: the fused kind
         "decoder_block" calls it unless a backend runs the whole layer itself."""
         cfg = self.config
         lin, norms = block.linears, block.norms
@@ -185,13 +192,10 @@ class Transformer:
         kind = "sliding" if block.sliding else "full"
         rope = self.ropes.get(kind)
         cos, sin = tables[kind] if rope is not None else (None, None)  # [T, dim/2] each
-        k_cache, v_cache = cache.layer(block.index)                    # [n_kv, cap, hd]
-        q = fused.kernel("rope_store")(
-            q, k, v, cos, sin, rope.dim if rope is not None else 0,
-            rope is not None and rope.style == "neox", k_cache, v_cache, cache.length)
+        q = cache.rope_store(block.index, q, k, v, cos, sin, rope.dim if rope is not None
+                             else 0, rope is not None and rope.style == "neox")
         window = (cfg.sliding_window if block.sliding else None) or 0
-        a = fused.kernel("attention")(q, k_cache, v_cache, cache.length + t, positions,
-                                      self.attn_scale, window)         # [T, q_dim]
+        a = cache.attention(block.index, q, positions, self.attn_scale, window)  # [T, q_dim]
         a = lin["o"].matmul(a)                                         # [T, d]
         if norms.get("post_attn_norm") is not None:
             a = norms["post_attn_norm"](a)

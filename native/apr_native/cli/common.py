@@ -8,17 +8,9 @@ from typing import Any
 
 from apr_core.errors import AprError, ErrorCode
 
+from ..engine import resolve_model  # noqa: F401  (re-exported: every command resolves here)
+
 EXIT_OK, EXIT_GENERAL, EXIT_ARGS, EXIT_NOT_FOUND, EXIT_FORMAT, EXIT_VALIDATION = 0, 1, 2, 3, 4, 5
-
-
-def resolve_model(name: str) -> str:
-    """A path on disk, or a built-in model name such as `demo` (located and verified)."""
-    if os.path.exists(name):
-        return name
-    from apr_native import real_models
-    if name in real_models.MODELS:
-        return str(real_models.locate(name))
-    raise AprError(ErrorCode.IO, "no such file or built-in model", path=name)
 
 
 def quiet() -> bool:

@@ -1,5 +1,6 @@
 """numba CPU version of the fused kind "decoder_block" (apr_core.model.fused): a whole
-decoder layer of a few tokens (decode) as one compiled call.
+decoder layer as one compiled call, for one sequence's cache or a continuous-batching
+step over the paged block pool (rows of many sequences, each attending to its own keys).
 
 Why: a layer is a dozen kernel calls, and from Python each costs 5-15 us of wrapper code,
 dispatch and allocation -- 3.5 ms of SmolLM2-135M's 13 ms per decoded token went there,
@@ -11,9 +12,10 @@ kinds called one by one from `Transformer.run_block`.
 A layer runs here when it has: RMSNorms without bias before attention and MLP and no
 others (no q/k norms, no post-norms); q, k, v (or one fused qkv), o, gate, up and down
 weights quantized in memory (`cpu.weight_table`), biases on qkv, o and down only; a
-SiLU-gated MLP; float32 activations, RoPE tables and caches; at most
-`cpu.DOT_MAX_TOKENS` tokens. Any other layer (LayerNorm, Gemma's extra norms, dense
-weights, prefill) runs the model's own `run_block`.
+SiLU-gated MLP; float32 activations, RoPE tables and caches. Up to
+`cpu.DOT_MAX_TOKENS` tokens the projections are integer dots, above it float products of
+dequantized rows, as `cpu.numba_matmul` chooses. Any other layer (LayerNorm, Gemma's extra
+norms, dense weights) runs the model's own `run_block`.
 """
 from __future__ import annotations
 
@@ -27,14 +29,15 @@ from apr_core.model import fused
 
 from . import cpu, pool
 from .cpu_fused import attention_chunks, attention_into, rms_rows, rope_rows, NO_ROWS
+from .fastexp import silu_mul_inplace
 
 F32 = np.float32
 _NO_BIAS = np.zeros(0, np.float32)
 
 # `shape` words of `decoder_step` (int64).
-(S_HEADS, S_KV_HEADS, S_HEAD_DIM, S_ROT_DIM, S_NEOX, S_START, S_WINDOW, S_QKV_CHUNKS,
- S_O_CHUNKS, S_GLU_CHUNKS, S_DOWN_CHUNKS, S_ATTN_CHUNKS) = range(12)
-SHAPE_WORDS = 12
+(S_HEADS, S_KV_HEADS, S_HEAD_DIM, S_ROT_DIM, S_NEOX, S_KEYS, S_WINDOW, S_QKV_CHUNKS,
+ S_O_CHUNKS, S_GLU_CHUNKS, S_DOWN_CHUNKS, S_ATTN_CHUNKS, S_BLOCK, S_MANY) = range(14)
+SHAPE_WORDS = 14
 
 
 @njit(cache=True)
@@ -47,52 +50,74 @@ def _add_bias(y, bias):
 
 
 @njit(cache=True)
-def _project(ctl, task, fargs, table, bias, x, cols, chunks):
-    """`x [T, in]` . the weights of `table` (+ bias) -> `[T, cols]`."""
+def _project(ctl, task, fargs, table, bias, x, cols, chunks, many):
+    """`x [T, in]` . the weights of `table` (+ bias) -> `[T, cols]`: integer dots for
+    few tokens, float products of dequantized rows for `many` (as `cpu.numba_matmul`)."""
     y = np.empty((x.shape[0], cols), np.float32)
-    pool.dots(ctl, task, fargs, table, x, y, chunks)
+    if many:
+        pool.products(ctl, task, fargs, table, x, y, chunks)
+    else:
+        pool.dots(ctl, task, fargs, table, x, y, chunks)
     _add_bias(y, bias)
     return y
 
 
 @njit(cache=True)
+def _glu(ctl, task, fargs, glu_table, h, chunks, many):
+    """SiLU(h . gate) * (h . up) -> `[T, d_ff]`; for `many` tokens the gate and up rows
+    run as one products task, then the activation (`cpu_fused.matmul_glu`'s order)."""
+    t_count, ff = h.shape[0], glu_table[0, pool.T_ROWS]
+    if many:
+        both = np.empty((t_count, 2 * ff), np.float32)              # [T, gate | up]
+        pool.products(ctl, task, fargs, glu_table, h, both, chunks)
+        gate = np.ascontiguousarray(both[:, :ff])
+        silu_mul_inplace(gate, np.ascontiguousarray(both[:, ff:]))
+        return gate
+    gate = np.empty((t_count, ff), np.float32)                      # [T, d_ff] each
+    up = np.empty((t_count, ff), np.float32)
+    m = np.empty((t_count, ff), np.float32)
+    pool.glu(ctl, task, fargs, glu_table, h, gate, up, m, chunks)
+    return m
+
+
+@njit(cache=True)
 def decoder_step(ctl, task, fargs, x, norm_weights, eps, qkv_table, qkv_bias, o_table,
                  o_bias, glu_table, down_table, down_bias, shape, cos, sin, k_cache,
-                 v_cache, positions, scale):
-    """One layer on `x [T, d]` -> `[T, d]`, K and V stored at `shape[S_START] ..`.
+                 v_cache, slots, tables, positions, scale):
+    """One layer on `x [T, d]` -> `[T, d]`; token t's K and V stored at slot `slots[t]`,
+    its query attending to its own sequence's keys through `tables[t]` (blocks of
+    `shape[S_BLOCK]` slots; a contiguous cache is one block).
 
     `norm_weights [2, d]` and `eps [2]`: attention and MLP RMSNorms; tables and biases as
     `cpu.weight_table` and the Linears hold them; `cos, sin [T, rot/2]`; caches
-    `[n_kv, cap, hd]`; `shape` the int64 words S_*."""
+    `[n_kv, slots, hd]`; `shape` the int64 words S_*."""
     t_count, d = x.shape
     heads, kv_heads, hd = shape[S_HEADS], shape[S_KV_HEADS], shape[S_HEAD_DIM]
     q_dim, kv_dim = heads * hd, kv_heads * hd
-    start = shape[S_START]
+    many = shape[S_MANY] != 0
 
     s = np.empty_like(x)                                            # [T, d] each
     h = np.empty_like(x)
     rms_rows(x, NO_ROWS, norm_weights[0], eps[0], s, h)             # s: a copy of x
     qkv = _project(ctl, task, fargs, qkv_table, qkv_bias, h, q_dim + 2 * kv_dim,
-                   shape[S_QKV_CHUNKS])                             # [T, q + 2 kv]
+                   shape[S_QKV_CHUNKS], many)                       # [T, q + 2 kv]
     q = np.ascontiguousarray(qkv[:, :q_dim]).reshape((t_count, heads, hd))
     k = np.ascontiguousarray(qkv[:, q_dim:q_dim + kv_dim]).reshape((t_count, kv_heads, hd))
     v = np.ascontiguousarray(qkv[:, q_dim + kv_dim:]).reshape((t_count, kv_heads, hd))
     q_rot = np.empty((t_count, heads, hd), np.float32)              # [T, H, hd]
     rope_rows(q, k, v, cos, sin, shape[S_ROT_DIM], shape[S_NEOX] != 0, k_cache, v_cache,
-              start, q_rot)
+              slots, q_rot)
     att = np.empty((t_count, heads, hd), np.float32)                # [T, H, hd]
-    attention_into(ctl, task, fargs, q_rot, k_cache, v_cache, start + t_count, positions,
-                   scale, shape[S_WINDOW], att, shape[S_ATTN_CHUNKS])
+    attention_into(ctl, task, fargs, q_rot, k_cache, v_cache, shape[S_KEYS], tables,
+                   shape[S_BLOCK], positions, scale, shape[S_WINDOW], att,
+                   shape[S_ATTN_CHUNKS])
     o = _project(ctl, task, fargs, o_table, o_bias, att.reshape((t_count, q_dim)), d,
-                 shape[S_O_CHUNKS])                                 # [T, d]
+                 shape[S_O_CHUNKS], many)                           # [T, d]
 
     rms_rows(x, o, norm_weights[1], eps[1], s, h)                   # s = x + o
-    ff = glu_table[0, pool.T_ROWS]
-    gate = np.empty((t_count, ff), np.float32)                      # [T, d_ff] each
-    up = np.empty((t_count, ff), np.float32)
-    m = np.empty((t_count, ff), np.float32)
-    pool.glu(ctl, task, fargs, glu_table, h, gate, up, m, shape[S_GLU_CHUNKS])
-    down = _project(ctl, task, fargs, down_table, down_bias, m, d, shape[S_DOWN_CHUNKS])
+    m = _glu(ctl, task, fargs, glu_table, h, shape[S_GLU_CHUNKS], many)   # [T, d_ff]
+    down = _project(ctl, task, fargs, down_table, down_bias, m, d, shape[S_DOWN_CHUNKS],
+                    many)
     return s + down
 
 
@@ -161,12 +186,13 @@ def _plan_of(model: Any, block: Any) -> Optional[LayerPlan]:
 
 def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, cache: Any,
                   tables: Dict[str, Any]) -> np.ndarray:
-    """Kind "decoder_block" (apr_core.model.fused)."""
+    """Kind "decoder_block" (apr_core.model.fused), for a KVCache or a batch's BatchKV:
+    both give their slots and block tables through `kernel_view`."""
     plan = _plan_of(model, block)
     t = x.shape[0]
-    if plan is None or t > cpu.DOT_MAX_TOKENS or x.dtype != np.float32:
+    if plan is None or x.dtype != np.float32:
         return fused.decoder_block(model, block, x, positions, cache, tables)
-    k_cache, v_cache = cache.layer(block.index)                     # [n_kv, cap, hd]
+    k_cache, v_cache = cache.layer(block.index)                     # [n_kv, slots, hd]
     rope = model.ropes.get(plan.rope_kind)
     if rope is None:
         cos = sin = NO_ROWS
@@ -175,26 +201,30 @@ def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, 
     if k_cache.dtype != np.float32 or v_cache.dtype != np.float32 or cos.dtype != np.float32 \
             or not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous):
         return fused.decoder_block(model, block, x, positions, cache, tables)
+    slots, block_tables, block_slots = cache.kernel_view(t)
     cfg = model.config
+    many = t > cpu.DOT_MAX_TOKENS
     workers = pool.get()
+    n_keys = int(positions.max()) + 1
     shape = np.empty(SHAPE_WORDS, np.int64)
     shape[S_HEADS], shape[S_KV_HEADS], shape[S_HEAD_DIM] = (cfg.n_heads, cfg.n_kv_heads,
                                                             cfg.head_dim)
     shape[S_ROT_DIM] = 0 if rope is None else rope.dim
     shape[S_NEOX] = rope is not None and rope.style == "neox"
-    shape[S_START], shape[S_WINDOW] = cache.length, plan.window
-    shape[S_QKV_CHUNKS] = workers.chunks(plan.qkv.nbytes)
-    shape[S_O_CHUNKS] = workers.chunks(plan.o.nbytes)
-    shape[S_GLU_CHUNKS] = workers.chunks(plan.glu.nbytes)
-    shape[S_DOWN_CHUNKS] = workers.chunks(plan.down.nbytes)
-    shape[S_ATTN_CHUNKS] = attention_chunks(workers, t * cfg.n_heads, cache.length + t,
-                                            k_cache, v_cache)
+    shape[S_KEYS], shape[S_WINDOW] = n_keys, plan.window
+    shape[S_BLOCK], shape[S_MANY] = block_slots, many
+    for word, table in ((S_QKV_CHUNKS, plan.qkv), (S_O_CHUNKS, plan.o),
+                        (S_GLU_CHUNKS, plan.glu), (S_DOWN_CHUNKS, plan.down)):
+        shape[word] = workers.row_chunks(table.rows) if many else workers.chunks(table.nbytes)
+    shape[S_ATTN_CHUNKS] = attention_chunks(workers, t * cfg.n_heads, n_keys, k_cache,
+                                            v_cache)
     return decoder_step(*workers.shared, np.ascontiguousarray(x), plan.norm_weights,
                         plan.eps, plan.qkv.table, plan.qkv_bias, plan.o.table, plan.o_bias,
                         plan.glu.table, plan.down.table, plan.down_bias, shape,
                         np.ascontiguousarray(cos), np.ascontiguousarray(sin), k_cache,
-                        v_cache, np.ascontiguousarray(positions, np.int64),
-                        float(model.attn_scale))
+                        v_cache, np.ascontiguousarray(slots, np.int64),
+                        np.ascontiguousarray(block_tables, np.int32),
+                        np.ascontiguousarray(positions, np.int64), float(model.attn_scale))
 
 
 # kind -> numba version (registered by apr_native.backends for backend "numba").

@@ -26,7 +26,7 @@ from numba import njit
 from apr_core.model import fused
 
 from . import cpu, pool
-from .cpu_attention import attend, attend_scratch
+from .cpu_attention import attend, attend_scratch, contiguous_tables
 from .fastexp import silu_mul_inplace
 
 F32 = np.float32
@@ -87,54 +87,74 @@ def rotate_into(x, cos, sin, dim, neox, t, head, out):
 
 
 @njit(cache=True)
-def rope_rows(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start, q_out):
-    """`q_out [T, H, hd]` = q rotated; k rotated and v into the caches at `start ..`."""
+def rope_rows(q, k, v, cos, sin, dim, neox, k_cache, v_cache, slots, q_out):
+    """`q_out [T, H, hd]` = q rotated; k rotated and v into the caches `[n_kv, slots,
+    hd]` at slot `slots[t]` for token t."""
     for t in range(q.shape[0]):
         for head in range(q.shape[1]):
             rotate_into(q, cos, sin, dim, neox, t, head, q_out[t, head])
         for head in range(k.shape[1]):
-            rotate_into(k, cos, sin, dim, neox, t, head, k_cache[head, start + t])
-            v_cache[head, start + t, :] = v[t, head]
+            rotate_into(k, cos, sin, dim, neox, t, head, k_cache[head, slots[t]])
+            v_cache[head, slots[t], :] = v[t, head]
 
 
-def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
-               sin: Optional[np.ndarray], dim: int, neox: bool, k_cache: np.ndarray,
-               v_cache: np.ndarray, start: int) -> np.ndarray:
-    """Kind "rope_store" (apr_core.model.fused)."""
+def _rope_slots(q, k, v, cos, sin, dim, neox, k_cache, v_cache, slots, fallback):
+    """`rope_rows` when every array is float32 and the caches C-contiguous, else
+    `fallback()` (the numpy reference)."""
     arrays = (q, k, v, k_cache, v_cache) + (() if cos is None else (cos, sin))
     if any(a.dtype != np.float32 for a in arrays) or not (
             k_cache.flags.c_contiguous and v_cache.flags.c_contiguous):
-        return fused.rope_store(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start)
+        return fallback()
     if cos is None:
         cos = sin = NO_ROWS
         dim = 0
     q_out = np.empty(q.shape, np.float32)                           # [T, H, hd]
     rope_rows(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
               np.ascontiguousarray(cos), np.ascontiguousarray(sin), dim, neox, k_cache,
-              v_cache, start, q_out)
+              v_cache, np.ascontiguousarray(slots, np.int64), q_out)
     return q_out
 
 
+def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
+               sin: Optional[np.ndarray], dim: int, neox: bool, k_cache: np.ndarray,
+               v_cache: np.ndarray, start: int) -> np.ndarray:
+    """Kind "rope_store" (apr_core.model.fused)."""
+    slots = np.arange(start, start + q.shape[0], dtype=np.int64)    # [T]
+    return _rope_slots(q, k, v, cos, sin, dim, neox, k_cache, v_cache, slots,
+                       lambda: fused.rope_store(q, k, v, cos, sin, dim, neox, k_cache,
+                                                v_cache, start))
+
+
+def rope_store_paged(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
+                     sin: Optional[np.ndarray], dim: int, neox: bool, k_pool: np.ndarray,
+                     v_pool: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Kind "rope_store_paged" (apr_core.model.fused)."""
+    return _rope_slots(q, k, v, cos, sin, dim, neox, k_pool, v_pool, slots,
+                       lambda: fused.rope_store_paged(q, k, v, cos, sin, dim, neox, k_pool,
+                                                      v_pool, slots))
+
+
 @njit(cache=True)
-def attention_rows(q, k_cache, v_cache, n_keys, q_pos, scale, window, out):
+def attention_rows(q, k_cache, v_cache, n_keys, tables, block, q_pos, scale, window, out):
     """`out [T, H, hd]`: `attend` for every query row, on the calling thread."""
     scratch = attend_scratch(n_keys, q.shape[2])
     for t in range(q.shape[0]):
         for head in range(q.shape[1]):
-            attend(q, k_cache, v_cache, n_keys, q_pos, scale, window, t, head, scratch,
-                   out[t, head])
+            attend(q, k_cache, v_cache, n_keys, tables[t], block, q_pos, scale, window, t,
+                   head, scratch, out[t, head])
 
 
 @njit(cache=True)
-def attention_into(ctl, task, fargs, q, k_cache, v_cache, n_keys, q_pos, scale, window,
-                   out, chunks):
-    """`out [T, H, hd]` = attention of `q [T, H, hd]` over the caches: a `pool` task of
-    `chunks` chunks, or on the calling thread when `chunks` is 0 (`attention_chunks`)."""
+def attention_into(ctl, task, fargs, q, k_cache, v_cache, n_keys, tables, block, q_pos,
+                   scale, window, out, chunks):
+    """`out [T, H, hd]` = attention of `q [T, H, hd]` over the caches (row t's blocks
+    `tables[t]`, `block` slots each): a `pool` task of `chunks` chunks, or on the calling
+    thread when `chunks` is 0 (`attention_chunks`)."""
     if chunks > 0:
-        pool.attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, q_pos, scale, window,
-                       out, chunks)
+        pool.attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, tables, block, q_pos,
+                       scale, window, out, chunks)
     else:
-        attention_rows(q, k_cache, v_cache, n_keys, q_pos, scale, window, out)
+        attention_rows(q, k_cache, v_cache, n_keys, tables, block, q_pos, scale, window, out)
 
 
 def attention_chunks(workers: pool.Pool, queries: int, n_keys: int, k_cache: np.ndarray,
@@ -147,18 +167,36 @@ def attention_chunks(workers: pool.Pool, queries: int, n_keys: int, k_cache: np.
     return 0
 
 
-def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
-              q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
-    """Kind "attention" (apr_core.model.fused)."""
-    if q.dtype != np.float32 or k_cache.dtype != np.float32 or v_cache.dtype != np.float32:
-        return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
+def _attention_tables(q, k_cache, v_cache, n_keys, tables, block, q_pos, scale, window):
+    """`attention_into` on the pool's threads -> `[T, H * hd]`."""
     t, n_heads, hd = q.shape
     out = np.empty((t, n_heads, hd), np.float32)                    # [T, H, hd]
     workers = pool.get()
     attention_into(*workers.shared, np.ascontiguousarray(q), k_cache, v_cache, int(n_keys),
+                   np.ascontiguousarray(tables, np.int32), int(block),
                    np.ascontiguousarray(q_pos, np.int64), float(scale), int(window or 0),
                    out, attention_chunks(workers, t * n_heads, n_keys, k_cache, v_cache))
     return out.reshape(t, n_heads * hd)
+
+
+def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
+              q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
+    """Kind "attention" (apr_core.model.fused): the contiguous cache is one block."""
+    if q.dtype != np.float32 or k_cache.dtype != np.float32 or v_cache.dtype != np.float32:
+        return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
+    return _attention_tables(q, k_cache, v_cache, n_keys, contiguous_tables(q.shape[0]),
+                             k_cache.shape[1], q_pos, scale, window)
+
+
+def attention_paged(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray,
+                    tables: np.ndarray, block: int, q_pos: np.ndarray, scale: float,
+                    window: int) -> np.ndarray:
+    """Kind "attention_paged" (apr_core.model.fused)."""
+    if q.dtype != np.float32 or k_pool.dtype != np.float32 or v_pool.dtype != np.float32 \
+            or not (k_pool.flags.c_contiguous and v_pool.flags.c_contiguous):
+        return fused.attention_paged(q, k_pool, v_pool, tables, block, q_pos, scale, window)
+    n_keys = int(np.max(q_pos)) + 1
+    return _attention_tables(q, k_pool, v_pool, n_keys, tables, block, q_pos, scale, window)
 
 
 def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
@@ -191,8 +229,11 @@ KERNELS = {
     "rope_store": rope_store,
     "attention": attention,
     "matmul_glu": matmul_glu,
+    "rope_store_paged": rope_store_paged,
+    "attention_paged": attention_paged,
 }
 
 __all__ = ["KERNELS", "rms_norm_add", "rope_store", "attention", "matmul_glu",
+           "rope_store_paged", "attention_paged",
            "ATTN_POOL_WORK", "rms_rows", "rope_rows", "attention_rows", "attention_into",
            "attention_chunks", "NO_ROWS"]

@@ -41,7 +41,7 @@ import numpy as np
 from numba import carray, njit
 
 from . import atomics
-from .atomics import f32_at, i16_at, i64_at, u8_at
+from .atomics import f32_at, i16_at, i32_at, i64_at, u8_at
 from .common import QBLOCK, quantize_x
 from .cpu_attention import attend, attend_scratch
 from .cpu_blocks import dot_rows, rows_times_tokens
@@ -62,10 +62,11 @@ KIND, CHUNKS, WORK = 0, 1, 2
 # Weight tasks: weight table, activations `x [T, in]` (quantized: XQ, XD, XS; float32
 # for products: X), outputs.
 TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3, 15)
-# Attention: q [T, H, hd], caches [n_kv, cap, hd], out [T, H, hd], q positions [T]
-# (TOKENS is T); the float arguments (the score scale) are in `fargs`.
-A_Q, A_K, A_V, A_OUT, A_POS, A_HEADS, A_HEAD_DIM, A_KV, A_CAP, A_KEYS, A_WINDOW = \
-    range(15, 26)
+# Attention: q [T, H, hd], caches [n_kv, slots, hd], out [T, H, hd], q positions [T]
+# (TOKENS is T), block tables [T, A_TABLE_COLS] int32 of A_BLOCK slots a block
+# (`cpu_attention.attend`); the float arguments (the score scale) are in `fargs`.
+(A_Q, A_K, A_V, A_OUT, A_POS, A_HEADS, A_HEAD_DIM, A_KV, A_CAP, A_KEYS, A_WINDOW,
+ A_TABLE, A_TABLE_COLS, A_BLOCK) = range(15, 29)
 TASK_WORDS = 32
 FARG_WORDS = 4
 TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
@@ -120,11 +121,12 @@ def _attention_jobs(task, fargs, a, b):
     v_cache = carray(f32_at(task[A_V]), (n_kv, cap, hd))
     out = carray(f32_at(task[A_OUT]), (tokens, heads, hd))
     q_pos = carray(i64_at(task[A_POS]), tokens)
+    tables = carray(i32_at(task[A_TABLE]), (tokens, task[A_TABLE_COLS]))
     scratch = attend_scratch(n_keys, hd)
     for job in range(a, b):
         t, head = job // heads, job % heads
-        attend(q, k_cache, v_cache, n_keys, q_pos, fargs[0], task[A_WINDOW], t, head,
-               scratch, out[t, head])
+        attend(q, k_cache, v_cache, n_keys, tables[t], task[A_BLOCK], q_pos, fargs[0],
+               task[A_WINDOW], t, head, scratch, out[t, head])
 
 
 @njit(cache=True)
@@ -279,16 +281,19 @@ def glu(ctl, task, fargs, table, x, y_gate, y_up, out, chunks):
 
 
 @njit(cache=True)
-def attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, q_pos, scale, window, out,
-              chunks):
+def attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, tables, block, q_pos, scale,
+              window, out, chunks):
     """`out [T, H, hd]`: `cpu_attention.attend` for every query row of `q [T, H, hd]`
-    over the C-contiguous caches `[n_kv, cap, hd]`, rows split between the threads."""
+    over the C-contiguous caches `[n_kv, slots, hd]` (row t's blocks `tables[t]`, C
+    contiguous int32), rows split between the threads."""
     tokens, heads, hd = q.shape
     task[KIND], task[TOKENS] = TASK_ATTENTION, tokens
     task[A_Q], task[A_K], task[A_V] = q.ctypes.data, k_cache.ctypes.data, v_cache.ctypes.data
     task[A_OUT], task[A_POS] = out.ctypes.data, q_pos.ctypes.data
     task[A_HEADS], task[A_HEAD_DIM], task[A_KV] = heads, hd, k_cache.shape[0]
     task[A_CAP], task[A_KEYS], task[A_WINDOW] = k_cache.shape[1], n_keys, window
+    task[A_TABLE], task[A_TABLE_COLS], task[A_BLOCK] = (tables.ctypes.data, tables.shape[1],
+                                                        block)
     fargs[0] = scale
     task[CHUNKS], task[WORK] = min(chunks, tokens * heads), tokens * heads
     _run(ctl, task, fargs)
