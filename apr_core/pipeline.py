@@ -104,14 +104,15 @@ class TextModel:
 
     # ------------------------------------------------------------------ prompts
 
-    def render(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool = True
-               ) -> str:
-        """Chat messages rendered with the model's own template."""
+    def render(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool = True,
+               **extra: Any) -> str:
+        """Chat messages rendered with the model's own template (`extra`, e.g. `tools`,
+        reaches the template as variables)."""
         tok = self.tokenizer
         bos = tok.decode([tok.bos_id]) if tok.bos_id is not None else ""
         eos = tok.decode([tok.eos_id]) if tok.eos_id is not None else ""
         return render_chat(messages, self.chat_template, add_generation_prompt,
-                           bos_token=bos, eos_token=eos)
+                           bos_token=bos, eos_token=eos, **extra)
 
     def prompt_ids(self, prompt: str, chat: bool = False, system: Optional[str] = None
                    ) -> List[int]:
@@ -122,8 +123,8 @@ class TextModel:
             {"role": "user", "content": prompt}]
         return self.chat_ids(messages)
 
-    def chat_ids(self, messages: Sequence[Dict[str, Any]]) -> List[int]:
-        text = self.render(messages)
+    def chat_ids(self, messages: Sequence[Dict[str, Any]], **extra: Any) -> List[int]:
+        text = self.render(messages, **extra)
         # The template already wrote BOS where the model wants it; don't add a second.
         ids = self.tokenizer.encode(text, add_special=False, parse_special=True)
         tok = self.tokenizer

@@ -5,8 +5,8 @@
     # any OpenAI client: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
 
 The server keeps no state between requests, so replicas need no coordination: each one
-loads the model, runs its own engine (one generation at a time, bounded queue) and Ray's
-proxy spreads requests over them. Ray Serve does the cluster work (placement, health
+loads the model and runs its own batching engine (continuous batching over a paged KV
+cache, bounded queue) and Ray's proxy spreads requests over them. Ray Serve does the cluster work (placement, health
 checks, restarts, routing); nothing here is home-made cluster code. On a real cluster,
 `ray start --head` on one machine, `ray start --address=HEAD:6379` on the others, then run
 this script with `--address auto`.
@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "native"))
 from ray import serve  # noqa: E402
 
 from apr_native.cli.common import resolve_model  # noqa: E402
-from apr_native.server import Engine, ServerSettings, create_app  # noqa: E402
+from apr_native.server import (EngineOptions, ServerSettings, ServingEngine,  # noqa: E402
+                               create_app)
 
 
 @serve.ingress()
@@ -31,8 +32,9 @@ class AprReplica:
     """One replica: the model loaded before the replica reports ready, then the app."""
 
     def __init__(self, model: str, model_id: str, dequantize: bool = False,
-                 api_key: str = None, max_queue: int = 64) -> None:
-        self.engine = Engine(resolve_model(model), model_id, dequantize, max_queue)
+                 api_key: str = None, max_queue: int = 64, max_batch: int = 16) -> None:
+        options = EngineOptions(dequantize=dequantize, max_batch=max_batch)
+        self.engine = ServingEngine(resolve_model(model), model_id, options, max_queue)
         self.engine.start()
         # Ray routes traffic to a replica once its constructor returns: load first.
         self.engine.wait_ready()

@@ -8,6 +8,7 @@ this process. One server serves the whole module (loading the model costs second
 `--dequantize` on both sides of every comparison because dense weights decode ~10x faster
 in numpy, which keeps this module to about a minute.
 """
+import contextlib
 import json
 import os
 import re
@@ -29,6 +30,7 @@ API_KEY = "test-key-123"
 QUESTION = "What is the capital of France?"
 SHORT_PROMPT = "The capital of France is"
 MAX_QUEUE = 2
+MAX_BATCH = 2
 # Tokens of a generation that must outlast what a test does meanwhile (several seconds even
 # at 100 tok/s; the server's --max-tokens allows it).
 LONG = 2048
@@ -77,7 +79,8 @@ def server(smollm2_gguf, tmp_path_factory):
     stderr = log.open("w")
     process = subprocess.Popen(
         APR + ["serve", "demo", "--port", str(port), "--api-key", API_KEY, "--dequantize",
-               "--max-queue", str(MAX_QUEUE), "--max-body", str(MAX_BODY),
+               "--max-queue", str(MAX_QUEUE), "--max-batch", str(MAX_BATCH),
+               "--max-body", str(MAX_BODY),
                "--max-tokens", str(LONG)],
         env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     base = "http://127.0.0.1:{}".format(port)
@@ -204,7 +207,8 @@ def test_api_key_required(server):
     bad = openai.OpenAI(base_url=server.base + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
-    assert httpx.get(server.base + "/health").json() == {"status": "ok"}
+    health = httpx.get(server.base + "/health").json()
+    assert health["status"] == "ok" and health["backend"] in ("numpy", "numba", "cuda")
     assert httpx.get(server.base + "/ready").json()["status"] == "ready"
 
 
@@ -241,7 +245,19 @@ CHAT = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_t
     ({**CHAT, "top_p": -1}, "top_p"),
     ({**CHAT, "stream": "yes"}, "stream"),
     ({**CHAT, "stop": [1, 2]}, "stop"),
-    ({**CHAT, "n": 2}, "n"),
+    ({**CHAT, "n": 0}, "n"),
+    ({**CHAT, "n": 1000}, "n"),
+    ({**CHAT, "logit_bias": {"x": 1}}, "logit_bias"),
+    ({**CHAT, "logit_bias": {"5": 500}}, "logit_bias"),
+    ({**CHAT, "top_logprobs": 3}, "top_logprobs"),
+    ({**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({**CHAT, "response_format": {"type": "xml"}}, "response_format"),
+    ({**CHAT, "response_format": {"type": "json_schema"}}, "response_format"),
+    ({**CHAT, "tool_choice": "required"}, "tool_choice"),
+    ({**CHAT, "tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools[0]"),
+    ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
+    ({**CHAT, "stop_token_ids": [-1]}, "stop_token_ids"),
     ({**CHAT, "seed": "x"}, "seed"),
     ({**CHAT, "messages": "hi"}, "messages"),
     ({**CHAT, "messages": []}, "messages"),
@@ -319,11 +335,14 @@ def test_disconnect_before_a_non_streamed_answer_cancels_it(server):
 
 
 def test_full_queue_is_429_and_server_recovers(server):
-    with _long_stream(server) as running:
-        lines = running.iter_lines()   # kept: a dropped line iterator may close the stream
-        first = next(line for line in lines if line.startswith("data: "))
-        assert first
-        waiting = []        # fill the queue behind the running job
+    """MAX_BATCH streams run, MAX_QUEUE more wait for admission; the next one is refused."""
+    with contextlib.ExitStack() as running:
+        for _ in range(MAX_BATCH):
+            stream = running.enter_context(_long_stream(server))
+            lines = stream.iter_lines()    # a dropped line iterator may close the stream
+            running.callback(lambda lines=lines: lines)
+            assert next(line for line in lines if line.startswith("data: "))
+        waiting = []        # fill the queue behind the running jobs
 
         def wait_in_queue():
             try:
@@ -336,13 +355,13 @@ def test_full_queue_is_429_and_server_recovers(server):
                    for _ in range(MAX_QUEUE)]
         for thread in threads:
             thread.start()
-        while server.metric("apr_queue_depth") < 1 + MAX_QUEUE:
+        while server.metric("apr_queue_depth") < MAX_BATCH + MAX_QUEUE:
             assert all(t.is_alive() for t in threads), waiting   # queued, not refused
             time.sleep(0.05)
         refused = server.http.post("/v1/chat/completions", json=CHAT)
         assert error_of(refused, 429)["code"] == "queue_full"
         assert refused.headers["retry-after"] == "1"
-    # closing the running stream lets the queued ones run; they read one line and leave
+    # closing the running streams lets the queued ones run; they read one line and leave
     for thread in threads:
         thread.join(timeout=600)
     assert waiting == [200] * MAX_QUEUE

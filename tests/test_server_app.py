@@ -11,13 +11,13 @@ pytest.importorskip("httpx", reason="starlette's test client needs httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from apr_native.server import Engine, ServerSettings, create_app  # noqa: E402
+from apr_native.server import ServerSettings, ServingEngine, create_app  # noqa: E402
 
 
 def test_not_ready_until_loaded(tmp_path):
-    engine = Engine(str(tmp_path / "never-loaded.gguf"), "m")   # worker never started
+    engine = ServingEngine(str(tmp_path / "never-loaded.gguf"), "m")   # worker never started
     client = TestClient(create_app(engine, ServerSettings(api_key="k"), manage_engine=False))
-    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/health").json() == {"status": "ok", "backend": None}
     ready = client.get("/ready")
     assert ready.status_code == 503 and ready.headers["retry-after"] == "1"
     assert ready.json()["error"]["code"] == "model_not_ready"
@@ -38,7 +38,7 @@ def test_not_ready_until_loaded(tmp_path):
 def test_failed_load_is_reported_by_ready(tmp_path):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"not a model at all" * 10)
-    engine = Engine(str(bogus), "m")
+    engine = ServingEngine(str(bogus), "m")
     with TestClient(create_app(engine)) as client:     # the lifespan starts the engine
         assert engine.wait_ready(timeout=60)
         ready = client.get("/ready")

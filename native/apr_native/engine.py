@@ -20,6 +20,7 @@ from typing import Any, Iterator, List, Optional, Sequence
 from apr_core.batching.paged_kv import DEFAULT_BLOCK_SIZE, BlockPool
 from apr_core.batching.request import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
 from apr_core.batching.scheduler import DEFAULT_MAX_BATCH, DEFAULT_STEP_TOKENS, Scheduler
+from apr_core.batching.session import PagedSession
 from apr_core.errors import AprError, ErrorCode
 from apr_core.pipeline import Generation, Piece, TextModel
 from apr_core.sampling import SamplerConfig
@@ -61,11 +62,15 @@ class Engine:
         self.options = options
         self.path = path
         self.load_seconds = load_seconds
+        self._pool: Optional[BlockPool] = None
         self._scheduler: Optional[Scheduler] = None
 
     @classmethod
-    def load(cls, name: str, options: Optional[EngineOptions] = None) -> "Engine":
-        """Resolve `name`, select the backend, load weights (mmap) and tokenizer."""
+    def load(cls, name: str, options: Optional[EngineOptions] = None,
+             with_tokenizer: bool = True) -> "Engine":
+        """Resolve `name`, select the backend, load weights (mmap) and tokenizer (not
+        with `with_tokenizer=False`: logits only, for `session()`, e.g. `apr bench` on a
+        model file that has no tokenizer)."""
         options = options or EngineOptions()
         start = time.perf_counter()
         path = resolve_model(name)
@@ -74,7 +79,12 @@ class Engine:
         if options.mmap:
             from .mmap_source import open_mmap
             opener = open_mmap
-        model = TextModel.load(path, dequantize_at_load=options.dequantize, opener=opener)
+        if with_tokenizer:
+            model = TextModel.load(path, dequantize_at_load=options.dequantize,
+                                   opener=opener)
+        else:
+            from apr_core.model import Transformer
+            model = TextModel(Transformer.from_path(path, options.dequantize, opener), None)
         return cls(model, backend, options, path, time.perf_counter() - start)
 
     @property
@@ -82,16 +92,29 @@ class Engine:
         return self.model.transformer
 
     @property
-    def scheduler(self) -> Scheduler:
-        """The batching scheduler (its block pool is created on first use)."""
-        if self._scheduler is None:
+    def pool(self) -> BlockPool:
+        """The KV block pool (created on first use; the arrays are virtual until used)."""
+        if self._pool is None:
             cfg, opts = self.transformer.config, self.options
             most = opts.max_batch * -(-cfg.max_ctx // opts.block_size)
-            pool = BlockPool.for_model(cfg, opts.kv_memory, opts.block_size,
-                                       opts.prefix_cache, max_blocks=most)
-            self._scheduler = Scheduler(self.transformer, self.model.tokenizer, pool,
-                                        opts.max_batch, opts.step_tokens)
+            self._pool = BlockPool.for_model(cfg, opts.kv_memory, opts.block_size,
+                                             opts.prefix_cache, max_blocks=most)
+        return self._pool
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The batching scheduler over `pool`."""
+        if self._scheduler is None:
+            if self.model.tokenizer is None:
+                raise AprError(ErrorCode.ARGUMENT, "generation needs the model's tokenizer "
+                               "(this engine was loaded without it)")
+            self._scheduler = Scheduler(self.transformer, self.model.tokenizer, self.pool,
+                                        self.options.max_batch, self.options.step_tokens)
         return self._scheduler
+
+    def session(self) -> "PagedSession":
+        """A hand-driven sequence over the scheduler's block pool (bench, canary)."""
+        return PagedSession(self.transformer, self.pool)
 
     # ------------------------------------------------------------------ one generation
 

@@ -44,18 +44,21 @@ Runner = Tuple[Callable[[List[int]], Any], Callable[[int], Any]]
 
 
 def _apr_runner(path: str, opts: Dict[str, Any]) -> Runner:
-    from apr_core.model import Transformer
-    from apr_native.mmap_source import open_mmap
-    opts["backend"] = backends.select(opts.get("backend"))
-    model = Transformer.from_path(path, opener=None if opts.get("no_mmap") else open_mmap)
+    from apr_native.engine import Engine, EngineOptions
+    engine = Engine.load(path, EngineOptions(backend=opts.get("backend"),
+                                             mmap=not opts.get("no_mmap")),
+                         with_tokenizer=False)
+    opts["backend"] = engine.backend
     state: Dict[str, Any] = {}
 
     def prefill(ids: List[int]) -> Any:
-        state["cache"] = model.new_cache(len(ids) + opts["decode_tokens"] + 1)
-        return model.forward(ids, state["cache"], last_only=True)[-1]
+        if "session" in state:
+            state["session"].close()
+        state["session"] = engine.session()
+        return state["session"].forward(ids)
 
     def step(token: int) -> Any:
-        return model.forward([token], state["cache"])[-1]
+        return state["session"].forward([token])
     return prefill, step
 
 

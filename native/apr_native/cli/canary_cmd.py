@@ -89,12 +89,12 @@ def compare(reference: Dict[str, Dict[str, Any]], current: Dict[str, Dict[str, A
 
 
 def _complete(path: str, prompts: List[str], max_tokens: int) -> List[Dict[str, Any]]:
-    from apr_core.pipeline import TextModel
-    model = TextModel.load(path)
+    from ..engine import Engine
+    engine = Engine.load(path)
     out = []
     for prompt in prompts:
-        ids = model.prompt_ids(prompt)
-        gen = model.generate(ids, max_tokens=max_tokens)
+        ids = engine.model.prompt_ids(prompt)
+        gen = engine.generate(ids, max_tokens=max_tokens)
         out.append({"prompt": prompt, "max_tokens": max_tokens, "tokens": gen.token_ids,
                     "text": gen.text})
     return out

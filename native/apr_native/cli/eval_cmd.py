@@ -34,7 +34,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from apr_core.perplexity import perplexity
     from .run_cmd import load
     text = _read_text(args.dataset)
-    model = load(args)
+    model = load(args).model
     tokenizer = model.tokenizer
     ids = tokenizer.encode(text, add_special=True, parse_special=False)
     show = not args.json and not quiet() and sys.stderr.isatty()

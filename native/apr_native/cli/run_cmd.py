@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from apr_core.pipeline import TextModel
 from apr_core.sampling import SamplerConfig
 
 from .. import backends
-from .common import emit_json, resolve_model
+from ..engine import Engine, EngineOptions
+from .common import emit_json
 
 
 def sampler_from(args: argparse.Namespace) -> SamplerConfig:
@@ -18,27 +17,27 @@ def sampler_from(args: argparse.Namespace) -> SamplerConfig:
                          seed=args.seed)
 
 
-def load(args: argparse.Namespace) -> TextModel:
-    from apr_native.mmap_source import open_mmap
-    start = time.perf_counter()
-    args.backend = backends.select(args.backend)
-    model = TextModel.load(resolve_model(args.model), dequantize_at_load=args.dequantize,
-                           opener=open_mmap)
-    args.load_seconds = time.perf_counter() - start
-    return model
+def load(args: argparse.Namespace) -> Engine:
+    """The engine for `args.model` with `--backend` / `--dequantize` (the same loader every
+    command and the server use); `args.backend` becomes the backend it chose."""
+    engine = Engine.load(args.model, EngineOptions(backend=args.backend,
+                                                   dequantize=args.dequantize))
+    args.backend = engine.backend
+    args.load_seconds = engine.load_seconds
+    return engine
 
 
 def run_run(args: argparse.Namespace) -> int:
-    model = load(args)
-    ids = model.prompt_ids(args.prompt, chat=args.chat, system=args.system)
+    engine = load(args)
+    ids = engine.model.prompt_ids(args.prompt, chat=args.chat, system=args.system)
     sampler = sampler_from(args)
     if args.json:
-        result = model.generate(ids, sampler, args.max_tokens, args.stop or ()).as_dict()
+        result = engine.generate(ids, sampler, args.max_tokens, args.stop or ()).as_dict()
         result["timings"]["load_s"] = round(args.load_seconds, 3)
         result["backend"] = args.backend
         emit_json(result)
         return 0
-    for piece in model.stream(ids, sampler, args.max_tokens, args.stop or ()):
+    for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or ()):
         sys.stdout.write(piece.text)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -47,7 +46,8 @@ def run_run(args: argparse.Namespace) -> int:
 
 def run_chat(args: argparse.Namespace) -> int:
     """Each input line is a user turn; the conversation history is kept across turns."""
-    model = load(args)
+    engine = load(args)
+    model = engine.model
     interactive = sys.stdin.isatty()
     messages = [{"role": "system", "content": args.system}] if args.system else []
     sampler = sampler_from(args)
@@ -65,8 +65,8 @@ def run_chat(args: argparse.Namespace) -> int:
             break
         messages.append({"role": "user", "content": text})
         reply = []
-        for piece in model.stream(model.chat_ids(messages), sampler, args.max_tokens,
-                                  args.stop or ()):
+        for piece in engine.stream(model.chat_ids(messages), sampler, args.max_tokens,
+                                   args.stop or ()):
             reply.append(piece.text)
             sys.stdout.write(piece.text)
             sys.stdout.flush()

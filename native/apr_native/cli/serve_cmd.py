@@ -1,10 +1,12 @@
 """`apr serve MODEL`: the OpenAI-compatible HTTP server (native/apr_native/server).
 
-    apr serve demo --port 8080
+    apr serve demo --port 8080 --max-batch 16 --kv-memory 1G
     curl localhost:8080/v1/chat/completions -d '{"model": "demo", "messages": [...]}'
 
 Binds to 127.0.0.1 unless told otherwise; an API key (`--api-key` or APR_API_KEY) guards
-/v1/* with `Authorization: Bearer KEY` and is what to use on any other address.
+/v1/* with `Authorization: Bearer KEY` and is what to use on any other address. The model
+is loaded by the same `Engine` as `apr run` (backend, mmap); requests are decoded together
+by continuous batching over a paged KV cache of `--kv-memory` bytes.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import sys
 
 from apr_core.errors import AprError, ErrorCode
 
+from .. import backends
+from ..engine import DEFAULT_KV_MEMORY, EngineOptions
 from .common import parse_size, quiet, resolve_model
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -37,18 +41,24 @@ def model_id_for(name: str) -> str:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from apr_native.server import Engine, ServerSettings, create_app
-    if not 1 <= args.max_tokens <= 1 << 20 or args.max_queue < 1 or not 0 < args.port < 65536:
-        raise AprError(ErrorCode.ARGUMENT, "--max-tokens, --max-queue and --port need "
-                       "positive values in range")
+    from apr_native.server import ServerSettings, ServingEngine, create_app
+    if not 1 <= args.max_tokens <= 1 << 20 or args.max_queue < 1 or not 0 < args.port < 65536 \
+            or not 1 <= args.max_batch <= 256:
+        raise AprError(ErrorCode.ARGUMENT, "--max-tokens, --max-queue, --max-batch and --port "
+                       "need positive values in range")
+    kv_memory = parse_size(args.kv_memory)
     api_key = args.api_key or os.environ.get("APR_API_KEY") or None
     if not _is_loopback(args.host) and not api_key:
         print("apr: warning: serving on {} without --api-key: anyone who can reach it may "
               "use it".format(args.host), file=sys.stderr)
-    engine = Engine(resolve_model(args.model), args.model_id or model_id_for(args.model),
-                    dequantize=args.dequantize, max_queue=args.max_queue)
+    options = EngineOptions(backend=args.backend, dequantize=args.dequantize,
+                            max_batch=args.max_batch, kv_memory=kv_memory,
+                            prefix_cache=not args.no_prefix_cache)
+    engine = ServingEngine(resolve_model(args.model), args.model_id or model_id_for(args.model),
+                           options, max_queue=args.max_queue)
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
-                              max_body=parse_size(args.max_body))
+                              max_body=parse_size(args.max_body),
+                              cors_origins=tuple(args.cors or ()))
     if not quiet():
         print("apr: serving '{}' on http://{}:{}/v1 (GET /ready answers 200 once the model "
               "is loaded)".format(engine.model_id, args.host, args.port), file=sys.stderr)
@@ -68,7 +78,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=512,
                    help="cap on max_tokens per request (also the default)")
     p.add_argument("--max-queue", type=int, default=64,
-                   help="requests that may wait for the model before 429s")
+                   help="requests that may wait for admission before 429s")
+    p.add_argument("--max-batch", type=int, default=16,
+                   help="sequences decoded together (continuous batching)")
+    p.add_argument("--kv-memory", default=str(DEFAULT_KV_MEMORY >> 20) + "M",
+                   help="memory budget of the paged KV cache (e.g. 512M, 2G)")
+    p.add_argument("--no-prefix-cache", action="store_true",
+                   help="do not reuse the KV blocks of identical prompt prefixes")
+    p.add_argument("--backend", choices=("auto",) + backends.NAMES,
+                   help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
+    p.add_argument("--cors", action="append", metavar="ORIGIN",
+                   help="let web pages from ORIGIN call the API ('*' for any; repeatable)")
     p.add_argument("--max-body", default="4M", help="largest request body (e.g. 64K, 4M)")
     p.add_argument("--dequantize", action="store_true",
                    help="dequantize weights to f32 at load (faster decode, more memory)")

@@ -34,7 +34,7 @@ def _top(model: Any, hidden_last: np.ndarray, count: int) -> List[Dict[str, Any]
 def _load(path: str, args: argparse.Namespace) -> Any:
     from .run_cmd import load
     args.model = path
-    return load(args)
+    return load(args).model
 
 
 def run_trace(args: argparse.Namespace) -> int:

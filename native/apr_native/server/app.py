@@ -1,36 +1,42 @@
-"""The ASGI app: OpenAI's routes over one `Engine`.
+"""The ASGI app: OpenAI's routes over one `ServingEngine`.
 
-    app = create_app(Engine(path, "demo"), ServerSettings(api_key="secret"))
+    app = create_app(ServingEngine(path, "demo"), ServerSettings(api_key="secret"))
     uvicorn.run(app, host="127.0.0.1", port=8080)
 
 Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models,
-/v1/models/{id}, /health (alive), /ready (503 until the model is loaded), /metrics
-(Prometheus). With an API key, /v1/* and /metrics want `Authorization: Bearer KEY`;
-the probes stay open for load balancers. The same app object runs under uvicorn
-(`apr serve`) or as Ray Serve replicas (examples/ray_serve.py).
+/v1/models/{id} (with the backend and context in `meta`), /health (alive, and the
+backend), /ready (503 until the model is loaded), /metrics (Prometheus). With an API key,
+/v1/* and /metrics want `Authorization: Bearer KEY`; the probes stay open for load
+balancers. `cors_origins` lets web pages on those origins call the API. The same app
+object runs under uvicorn (`apr serve`) or as Ray Serve replicas (examples/ray_serve.py).
 """
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import hmac
 import json
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, Tuple
 
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from apr_core.errors import AprError
+
 from . import schemas, work
-from .engine import Engine
-from .errors import ApiError, error_response
+from .choices import RequestTracker
+from .engine import ServingEngine
+from .errors import ApiError, error_response, from_apr_error
 from .metrics import MeasureMiddleware, Metrics
 from .openai_format import Completion, embedding_list, model_card, model_list
-from .streaming import ClientGone, EventStream, collect, gone_response, job_events
+from .streaming import EventStream, Recorder, collect
 
 DEFAULT_MAX_BODY = 4 << 20      # bytes; a long chat history is well under this
 DEFAULT_MAX_TOKENS = 512        # per-request cap on generated tokens
@@ -41,6 +47,7 @@ class ServerSettings:
     api_key: Optional[str] = None
     max_tokens: int = DEFAULT_MAX_TOKENS
     max_body: int = DEFAULT_MAX_BODY
+    cors_origins: Tuple[str, ...] = ()      # origins whose pages may call the API; "*": any
 
 
 async def read_json(request: Request, limit: int) -> dict:
@@ -68,13 +75,14 @@ async def read_json(request: Request, limit: int) -> dict:
 Handler = Callable[[Request], Awaitable[Any]]
 
 
-def create_app(engine: Engine, settings: ServerSettings = ServerSettings(),
+def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(),
                manage_engine: bool = True) -> Starlette:
     """The ASGI app serving `engine`. With `manage_engine` the app's lifespan starts the
     engine's worker (and its model load) and stops it on shutdown."""
     api_paths = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
                  "/health", "/ready", "/metrics"]
-    metrics = Metrics(api_paths, lambda: engine.queue_depth, lambda: 1 if engine.ready else 0)
+    metrics = Metrics(api_paths, lambda: engine.queue_depth, lambda: 1 if engine.ready else 0,
+                      engine.stats)
     expected_auth = None if not settings.api_key else "Bearer " + settings.api_key
 
     def endpoint(handler: Handler, protected: bool = True, needs_model: bool = True
@@ -93,6 +101,8 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings(),
                 return await handler(request)
             except ApiError as err:
                 return error_response(err)
+            except AprError as err:     # the template, tokenizer or schema refused it
+                return error_response(from_apr_error(err))
         return wrapped
 
     def check_model(name: str) -> None:
@@ -100,22 +110,35 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings(),
             raise ApiError(404, "model '{}' not found; this server serves '{}'".format(
                 name, engine.model_id), param="model", code="model_not_found")
 
+    def meta() -> dict:
+        model = engine.model
+        info = {"backend": engine.backend, "max_batch": engine.options.max_batch}
+        if model is not None:
+            info["n_ctx_train"] = model.transformer.config.max_ctx
+            info["n_vocab"] = model.transformer.config.n_vocab
+        return info
+
     async def generate(request: Request, kind: str, req: Any,
                        prepare: Callable[[Any], list], param: str) -> Any:
         check_model(req.model)
         started = time.perf_counter()
-        job = engine.submit(work.generation(prepare, req.params, param, metrics))
-        completion = Completion(kind, engine.model_id)
+        model = engine.model
+        generation = await asyncio.to_thread(work.generation, model, prepare, req.params,
+                                             req.output, param)
+        job = engine.submit(generation)
+        completion = Completion(kind, engine.model_id, model.tokenizer.token_bytes,
+                                engine.backend)
+        tracker = RequestTracker(req.params.n, req.output, req.params.logprobs is not None)
+        recorder = Recorder(tracker, metrics, started)
         if req.params.stream:
-            return EventStream(job, completion, metrics, started, req.params.include_usage)
-        return await collect(job, request.receive, completion, metrics, started)
+            return EventStream(job, completion, recorder, req.params.include_usage)
+        return await collect(job, request.receive, completion, recorder)
 
     async def chat(request: Request) -> Any:
         req = schemas.chat_request(await read_json(request, settings.max_body),
                                    settings.max_tokens)
-        messages = [dict(m) for m in req.messages]
-        return await generate(request, "chat", req, lambda m: m.chat_ids(messages),
-                              "messages")
+        return await generate(request, "chat", req,
+                              lambda m: work.chat_ids(m, req.messages, req.output), "messages")
 
     async def completions(request: Request) -> Any:
         req = schemas.completion_request(await read_json(request, settings.max_body),
@@ -126,29 +149,20 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings(),
     async def embeddings(request: Request) -> Any:
         req = schemas.embedding_request(await read_json(request, settings.max_body))
         check_model(req.model)
-        job = engine.submit(work.embeddings(req.inputs))
-        result = None
-        try:
-            async with contextlib.aclosing(job_events(job, request.receive)) as events:
-                async for event in events:
-                    result = event
-        except ClientGone:
-            return gone_response()
-        if result is None:
-            raise ApiError(500, "embedding ended without a result")
+        result = await engine.run(work.embeddings(req.inputs))
         metrics.prompt_tokens.inc(result.prompt_tokens)
         return JSONResponse(embedding_list(result.vectors, req.encoding_format,
                                            engine.model_id, result.prompt_tokens))
 
     async def models(request: Request) -> Any:
-        return JSONResponse(model_list(engine.model_id, engine.created))
+        return JSONResponse(model_list(engine.model_id, engine.created, meta()))
 
     async def model(request: Request) -> Any:
         check_model(request.path_params["model"])
-        return JSONResponse(model_card(engine.model_id, engine.created))
+        return JSONResponse(model_card(engine.model_id, engine.created, meta()))
 
     async def health(request: Request) -> Any:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", "backend": engine.backend})
 
     async def ready(request: Request) -> Any:
         if engine.ready:
@@ -165,7 +179,7 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings(),
         return error_response(ApiError(exc.status_code, str(exc.detail),
                                        code="not_found" if exc.status_code == 404 else None))
 
-    @contextlib.asynccontextmanager
+    @asynccontextmanager
     async def lifespan(app: Any) -> Any:
         if manage_engine:
             engine.start()
@@ -183,9 +197,14 @@ def create_app(engine: Engine, settings: ServerSettings = ServerSettings(),
         Route("/ready", endpoint(ready, protected=False, needs_model=False)),
         Route("/metrics", endpoint(prometheus, needs_model=False)),
     ]
+    middleware = [Middleware(MeasureMiddleware, metrics=metrics)]
+    if settings.cors_origins:       # outermost: preflights are answered before auth
+        middleware.insert(0, Middleware(
+            CORSMiddleware, allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"], max_age=600))
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: http_error},
-                    middleware=[Middleware(MeasureMiddleware, metrics=metrics)])
+                    exception_handlers={HTTPException: http_error}, middleware=middleware)
     app.state.engine = engine
     app.state.metrics = metrics
     return app

@@ -1,83 +1,96 @@
-"""The model and its one worker thread: jobs queue here and run one at a time.
+"""The serving engine: one thread drives the continuous-batching scheduler; the event loop
+submits requests and receives their events.
 
-Generation is CPU bound (numpy releases the GIL in its kernels, Python between them does
-not), so it runs off the event loop in a single worker thread, and the loop stays free to
-accept requests, stream tokens and answer /health. A job is a function of the loaded
-`TextModel`; it reports through `Job.emit`, which hands each event to the job's asyncio
-queue on the loop's thread. A client that goes away sets `Job.cancel()`: a queued job is
-then skipped and a running one stops at its next token, so the next request starts promptly.
-The queue is bounded: when it is full `submit` refuses with 429 at once instead of
-letting waits grow without limit.
+    engine = ServingEngine(path, "demo", EngineOptions(max_batch=16))
+    engine.start()                          # loads in the engine thread
+    job = engine.submit(GenerationRequest(ids, max_tokens=64))
+    while not isinstance(event := await job.events.get(), Done): ...
+
+The model, its kernels and the block pool are only ever touched by the engine thread (the
+numba pool has one task descriptor; two forward passes at once would corrupt it). Other
+threads talk to it through an inbox: submissions, cancellations and `run(fn)` calls are
+taken between steps, so a request joins the running batch at the next step and a
+cancelled one (client gone) frees its KV blocks at once. The waiting queue is bounded:
+`submit` refuses with 429 when `max_queue` requests are already waiting.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
-from apr_core.errors import AprError
+from apr_core.batching.request import ErrorEvent, FinishEvent, GenerationRequest
 
-from .errors import ApiError, from_apr_error
+from ..engine import Engine, EngineOptions
+from .errors import ApiError
 
-Work = Callable[[Any, "Job"], None]
+LOG = logging.getLogger("apr.server")
+IDLE_WAIT_S = 0.5           # the engine thread's sleep with nothing to do (woken on work)
+RATE_WINDOW_S = 10.0        # tokens per second are averaged over this much recent time
+
+
+class Done:
+    """The last event of a job: every choice has finished (or it failed)."""
 
 
 class Job:
-    """One request's work and the channel its events come back through."""
+    """One request's channel: events arrive on `events` (an asyncio queue)."""
 
-    def __init__(self, work: Work, loop: asyncio.AbstractEventLoop) -> None:
-        self.work = work
+    def __init__(self, engine: "ServingEngine", request: GenerationRequest,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.request = request
+        self.n = request.n
         self.loop = loop
         self.events: "asyncio.Queue[Any]" = asyncio.Queue()
         self.created = time.perf_counter()
-        self._cancelled = threading.Event()
+        self.state: Any = None          # the scheduler's RequestState (engine thread)
+        self.cancelled = False
+        self._finished = 0
 
     def emit(self, event: Any) -> None:
-        """Called from the worker thread; delivers `event` on the loop's thread."""
+        """Called on the engine thread: hand `event` to the loop (and `Done` after the
+        last choice finished or an error)."""
+        final = isinstance(event, ErrorEvent)
+        if isinstance(event, FinishEvent):
+            self._finished += 1
+            final = self._finished >= self.n
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+            if final:
+                self.loop.call_soon_threadsafe(self.events.put_nowait, Done())
         except RuntimeError:        # the loop is closed: nobody is listening any more
             self.cancel()
 
     def cancel(self) -> None:
-        self._cancelled.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-
-class Failed:
-    """The event a job ends with when its work raised."""
-
-    def __init__(self, error: ApiError) -> None:
-        self.error = error
+        """Stop generating and free the KV blocks (idempotent)."""
+        if not self.cancelled:
+            self.cancelled = True
+            self.engine._post(("cancel", self))
 
 
-class Finished:
-    """The event every job ends with on success (its own events come before it)."""
+class ServingEngine:
+    """An `Engine` loaded and driven in a background thread for the HTTP server."""
 
-
-class Engine:
-    """Loads `path` in the worker thread (so the server answers /health and /ready at once)
-    and runs submitted jobs one at a time, at most `max_queue` waiting."""
-
-    def __init__(self, path: str, model_id: str, dequantize: bool = False,
+    def __init__(self, path: str, model_id: str, options: Optional[EngineOptions] = None,
                  max_queue: int = 64) -> None:
         self.path = path
         self.model_id = model_id
-        self.dequantize = dequantize
-        self.model: Any = None
+        self.options = options or EngineOptions()
+        self.max_queue = max_queue
+        self.engine: Optional[Engine] = None
         self.load_error: Optional[str] = None
-        self.load_seconds: Optional[float] = None
         self.created = int(time.time())
-        self._jobs: "queue.Queue[Optional[Job]]" = queue.Queue(maxsize=max_queue)
+        self._inbox: Deque[Tuple[Any, ...]] = deque()
+        self._wake = threading.Condition()
         self._ready = threading.Event()
+        self._stopping = False
         self._thread: Optional[threading.Thread] = None
-        self.busy = False
+        self._pending = 0           # submissions in the inbox, not yet in the scheduler
+        self._progress: Deque[Tuple[float, int]] = deque()   # (time, tokens generated)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -87,80 +100,176 @@ class Engine:
             self._thread.start()
 
     def stop(self) -> None:
-        """Cancel what is queued and let the worker finish (it exits after its job)."""
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.cancel()
-                job.emit(Failed(ApiError(503, "server is shutting down")))
-        try:
-            self._jobs.put_nowait(None)
-        except queue.Full:
-            pass
+        """Fail what is queued or running with 503 and end the engine thread."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
 
     def wait_ready(self, timeout: Optional[float] = None) -> bool:
         return self._ready.wait(timeout)
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set() and self.model is not None
+        return self._ready.is_set() and self.engine is not None and not self._stopping
+
+    @property
+    def model(self) -> Any:
+        return None if self.engine is None else self.engine.model
+
+    @property
+    def backend(self) -> Optional[str]:
+        return None if self.engine is None else self.engine.backend
 
     @property
     def queue_depth(self) -> int:
-        """Jobs waiting plus the one running."""
-        return self._jobs.qsize() + (1 if self.busy else 0)
+        """Requests waiting plus sequences running."""
+        if self.engine is None or self.engine._scheduler is None:
+            return self._pending
+        s = self.engine._scheduler
+        return self._pending + len(s.waiting) + len(s.running)
 
-    # ------------------------------------------------------------------ submitting
+    def stats(self) -> Dict[str, float]:
+        """Scheduler and block-pool figures (read without locking: plain counters)."""
+        if self.engine is None:
+            return {}
+        s = self.engine.scheduler if self.ready else None
+        if s is None:
+            return {}
+        pool = s.pool
+        queried = s.stats["prompt_tokens"]
+        return {"prefix_hit_ratio": s.stats["cached_tokens"] / queried if queried else 0.0,
+                "tokens_per_second": self._rate(s.stats["generated_tokens"]),
+                "running": len(s.running), "waiting": len(s.waiting) + self._pending,
+                "kv_blocks_used": pool.used, "kv_blocks_free": pool.free,
+                "kv_blocks_cached": pool.cached, "kv_blocks_total": pool.n_blocks,
+                "kv_block_tokens": pool.block_size, "kv_bytes": pool.nbytes,
+                "prefix_queries": s.stats["prompt_tokens"],
+                "prefix_hits": s.stats["cached_tokens"],
+                "generated_tokens": s.stats["generated_tokens"],
+                "preempted": s.stats["preempted"], "steps": s.stats["steps"],
+                "max_batch": s.max_batch}
 
-    def submit(self, work: Work) -> Job:
-        """Queue `work(model, job)`; 503 while loading (or if loading failed), 429 when full."""
+    def _rate(self, generated: int) -> float:
+        """Tokens per second over the last RATE_WINDOW_S (0 when idle that long)."""
+        now = time.perf_counter()
+        samples = list(self._progress)
+        recent = [(t, g) for t, g in samples if now - t <= RATE_WINDOW_S]
+        if not recent:
+            return 0.0
+        t0, g0 = recent[0]
+        return (generated - g0) / max(now - t0, 1e-3)
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, request: GenerationRequest) -> Job:
+        """Queue `request`; 503 while loading (or if loading failed), 429 when full."""
         if not self.ready:
             raise ApiError(503, self.load_error or "model is still loading",
                            code="model_not_ready", headers={"Retry-After": "1"})
-        job = Job(work, asyncio.get_running_loop())
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
+        scheduler = self.engine.scheduler
+        if self._pending + len(scheduler.waiting) >= self.max_queue:
             raise ApiError(429, "the request queue is full; retry later",
                            code="queue_full", headers={"Retry-After": "1"})
+        job = Job(self, request, asyncio.get_running_loop())
+        self._post(("submit", job), pending=1)
         return job
 
-    # ------------------------------------------------------------------ worker thread
+    async def run(self, fn: Callable[[Any], Any]) -> Any:
+        """`fn(model)` on the engine thread between steps; its result (or exception)."""
+        if not self.ready:
+            raise ApiError(503, self.load_error or "model is still loading",
+                           code="model_not_ready", headers={"Retry-After": "1"})
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._post(("call", fn, future, loop))
+        return await future
+
+    def _post(self, item: Tuple[Any, ...], pending: int = 0) -> None:
+        with self._wake:
+            self._pending += pending
+            self._inbox.append(item)
+            self._wake.notify()
+
+    # ------------------------------------------------------------------ engine thread
 
     def _run(self) -> None:
-        from apr_core.pipeline import TextModel
-        start = time.perf_counter()
         try:
-            self.model = TextModel.load(self.path, dequantize_at_load=self.dequantize)
-            self.load_seconds = time.perf_counter() - start
+            self.engine = Engine.load(self.path, self.options)
+            self.engine.scheduler        # the block pool, before the first request
+            LOG.warning("apr: loaded %s in %.1f s; backend %s, max batch %d, KV %d blocks "
+                        "of %d tokens", self.model_id, self.engine.load_seconds,
+                        self.engine.backend, self.options.max_batch,
+                        self.engine.scheduler.pool.n_blocks, self.options.block_size)
         except Exception as err:    # whatever it was, /ready must say so, not hang
             self.load_error = "model failed to load: {}".format(err)
-            logging.getLogger("apr.server").error("%s", self.load_error)
+            LOG.error("%s", self.load_error)
         self._ready.set()
-        if self.model is None:
+        if self.engine is None:
             return
+        scheduler = self.engine.scheduler
         while True:
-            job = self._jobs.get()
-            if job is None:
+            with self._wake:
+                while not self._inbox and not self._stopping and not scheduler.has_work():
+                    self._wake.wait(IDLE_WAIT_S)
+                items = list(self._inbox)
+                self._inbox.clear()
+                self._pending -= sum(1 for item in items if item[0] == "submit")
+                stopping = self._stopping
+            for item in items:
+                self._handle(scheduler, item)
+            if stopping:
+                self._shut_down(scheduler)
                 return
+            if scheduler.has_work():
+                scheduler.step()
+                self._note_progress(scheduler.stats["generated_tokens"])
+
+    def _note_progress(self, generated: int) -> None:
+        now = time.perf_counter()
+        self._progress.append((now, generated))
+        while self._progress and now - self._progress[0][0] > RATE_WINDOW_S:
+            self._progress.popleft()
+
+    def _handle(self, scheduler: Any, item: Tuple[Any, ...]) -> None:
+        kind = item[0]
+        if kind == "submit":
+            job = item[1]
             if job.cancelled:
-                continue
-            self.busy = True
+                return
             try:
-                job.work(self.model, job)
-                job.emit(Finished())
-            except AprError as err:
-                job.emit(Failed(from_apr_error(err)))
-            except ApiError as err:
-                job.emit(Failed(err))
-            except Exception as err:  # a bug must fail its request, never the worker
-                job.emit(Failed(ApiError(500, "internal error: {}: {}".format(
-                    type(err).__name__, err))))
-            finally:
-                self.busy = False
+                job.state = scheduler.submit(job.request, job.emit)
+            except Exception as err:        # a bad request: its own error, nobody else's
+                job.emit(ErrorEvent(err))
+        elif kind == "cancel":
+            job = item[1]
+            if job.state is not None and not job.state.done:
+                scheduler.cancel(job.state)
+        elif kind == "call":
+            fn, future, loop = item[1:]
+            try:
+                result, error = fn(self.engine.model), None
+            except BaseException as err:    # delivered to the awaiting handler
+                result, error = None, err
+            loop.call_soon_threadsafe(_settle, future, result, error)
+
+    def _shut_down(self, scheduler: Any) -> None:
+        for seq in list(scheduler.running) + list(scheduler.waiting):
+            state = seq.state
+            if not state.done:
+                scheduler.cancel(state)
+                state.emit(ErrorEvent(ApiError(503, "server is shutting down")))
 
 
-__all__ = ["Engine", "Failed", "Finished", "Job"]
+def _settle(future: "asyncio.Future[Any]", result: Any, error: Optional[BaseException]
+            ) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+__all__ = ["ServingEngine", "Job", "Done", "EngineOptions"]

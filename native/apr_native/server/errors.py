@@ -40,9 +40,10 @@ class ApiError(Exception):
 
 
 def from_apr_error(err: AprError) -> ApiError:
-    """Bad input found by apr_core (chat template, tokenizer, sampler) -> 400; anything else
-    the runtime raises is the server's fault -> 500."""
-    client_side = err.code in (ErrorCode.ARGUMENT, ErrorCode.UNSUPPORTED, ErrorCode.VALIDATION)
+    """Bad input found by apr_core (chat template, tokenizer, sampler, a prompt beyond the
+    KV budget) -> 400; anything else the runtime raises is the server's fault -> 500."""
+    client_side = err.code in (ErrorCode.ARGUMENT, ErrorCode.UNSUPPORTED, ErrorCode.VALIDATION,
+                               ErrorCode.MEMORY)
     return ApiError(400 if client_side else 500, err.message,
                     code=err.code.category.lower())
 

@@ -3,15 +3,19 @@
 Request counts and latencies are taken by an ASGI middleware around every route, so a
 streamed response is timed to its last byte; token counts and time to first token are
 recorded by the endpoints. Paths outside the known routes are counted as "other" so a
-scanner cannot blow up the label set.
+scanner cannot blow up the label set. The engine's own figures (running and waiting
+sequences, KV blocks, prefix-cache hits, tokens generated and per second) are read from
+`ServingEngine.stats()` at each scrape.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Dict, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -20,7 +24,8 @@ class Metrics:
     """The server's collectors; `queue_depth` and `ready` are read when scraped."""
 
     def __init__(self, paths: Iterable[str], queue_depth: Callable[[], float],
-                 ready: Callable[[], float]) -> None:
+                 ready: Callable[[], float], stats: Callable[[], Dict[str, float]]
+                 ) -> None:
         self.paths = frozenset(paths)
         self.registry = CollectorRegistry()
         r = self.registry
@@ -36,22 +41,56 @@ class Metrics:
                                      registry=r)
         self.completion_tokens = Counter("apr_completion_tokens",
                                          "Tokens of completed responses", registry=r)
-        # Counted by the worker as it goes, so abandoned generations show up too.
-        self.generated_tokens = Counter("apr_generated_tokens",
-                                        "Tokens generated, including cancelled requests",
-                                        registry=r)
         self.cancelled = Counter("apr_cancelled_generations",
                                  "Generations stopped because the client went away",
                                  registry=r)
         Gauge("apr_queue_depth", "Requests waiting for or holding the model",
               registry=r).set_function(queue_depth)
         Gauge("apr_model_ready", "1 once the model is loaded", registry=r).set_function(ready)
+        r.register(EngineCollector(stats))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
     content_type = CONTENT_TYPE_LATEST
 
+
+
+# stats() key -> (metric name, help, counter?)
+ENGINE_FIGURES = {
+    "running": ("apr_running_sequences", "Sequences in the running batch", False),
+    "waiting": ("apr_waiting_sequences", "Sequences waiting for admission", False),
+    "kv_blocks_used": ("apr_kv_blocks_used", "KV blocks held by sequences", False),
+    "kv_blocks_free": ("apr_kv_blocks_free", "KV blocks free (cached ones included)", False),
+    "kv_blocks_cached": ("apr_kv_blocks_cached", "Free KV blocks kept for prefix reuse", False),
+    "kv_blocks_total": ("apr_kv_blocks_total", "KV blocks of the memory budget", False),
+    "kv_bytes": ("apr_kv_memory_bytes", "Bytes of the KV block pool", False),
+    "prefix_hit_ratio": ("apr_prefix_cache_hit_ratio",
+                         "Prompt tokens served from the prefix cache / prompt tokens", False),
+    "tokens_per_second": ("apr_generation_tokens_per_second",
+                          "Tokens generated per second over the last 10 s", False),
+    "generated_tokens": ("apr_generated_tokens",
+                         "Tokens generated, including cancelled requests", True),
+    "prefix_queries": ("apr_prefix_cache_queried_tokens", "Prompt tokens submitted", True),
+    "prefix_hits": ("apr_prefix_cache_hit_tokens", "Prompt tokens found in the prefix cache",
+                    True),
+    "preempted": ("apr_preemptions", "Sequences preempted for want of KV blocks", True),
+    "steps": ("apr_engine_steps", "Forward passes of the batch", True),
+}
+
+
+class EngineCollector(Collector):
+    """The engine's figures, read when scraped (absent until the model is loaded)."""
+
+    def __init__(self, stats: Callable[[], Dict[str, float]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        figures = self.stats()
+        for key, (name, doc, counter) in ENGINE_FIGURES.items():
+            if key in figures:
+                family = CounterMetricFamily if counter else GaugeMetricFamily
+                yield family(name, doc, value=figures[key])
 
 
 class MeasureMiddleware:

@@ -1,25 +1,30 @@
 """Request bodies of the OpenAI API, checked field by field into frozen dataclasses.
 
 Every check names the offending field (`param`), so a client sees *which* value was wrong:
-wrong JSON types, out-of-range numbers (`max_tokens`, `temperature`, ...) and features
-this server does not implement (`n > 1`, `logprobs`, `tools`) are all 400s here, before a
-request reaches the model queue. Unknown fields are ignored, as OpenAI's API does, because
-clients send extras such as `user`.
+wrong JSON types and out-of-range numbers (`max_tokens`, `temperature`, `n`, ...) are 400s
+here, before a request reaches the model queue. Unknown fields are ignored, as OpenAI's API
+does, because clients send extras such as `user`. vLLM's and llama-server's common
+extensions (`top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`, `ignore_eos`) are
+accepted too. Messages and the output fields (`response_format`, `tools`) have their own
+modules.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union, List
 
+from apr_core.batching.request import MAX_TOP_LOGPROBS
 from apr_core.sampling import SamplerConfig
 
-from .errors import ApiError
+from .fields import Json, bad, flag, integer, is_int, number, unsupported
+from .messages import chat_messages
+from .output_spec import OutputSpec, output_spec
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOPS = 4                   # OpenAI's limit on `stop` strings
 MAX_EMBEDDING_INPUTS = 256      # inputs per /v1/embeddings request
+MAX_N = 16                      # choices per request
+MAX_LOGIT_BIAS = 300            # entries of `logit_bias` (OpenAI's limit)
 
-Json = Dict[str, Any]
 Prompt = Union[str, List[int]]
 
 
@@ -36,12 +41,22 @@ class GenerationParams:
     frequency_penalty: float
     stream: bool
     include_usage: bool
+    n: int = 1
+    logprobs: Optional[int] = None          # None: off; k: the chosen token + k alternatives
+    logit_bias: Tuple[Tuple[int, float], ...] = ()
+    stop_ids: Tuple[int, ...] = ()          # `stop_token_ids` (vLLM's extension)
+    ignore_eos: bool = False                # (vLLM's and llama-server's extension)
+    top_k: int = 0                          # (extension)
+    min_p: float = 0.0                      # (extension)
+    repetition_penalty: float = 1.0         # (extension)
 
     def sampler(self) -> SamplerConfig:
         # top_p -> 0 keeps only the most likely token: that is greedy decoding.
         greedy = self.temperature == 0.0 or self.top_p == 0.0
         return SamplerConfig(temperature=0.0 if greedy else self.temperature,
                              top_p=1.0 if greedy else self.top_p, seed=self.seed,
+                             top_k=self.top_k, min_p=self.min_p,
+                             repetition_penalty=self.repetition_penalty,
                              presence_penalty=self.presence_penalty,
                              frequency_penalty=self.frequency_penalty)
 
@@ -49,8 +64,9 @@ class GenerationParams:
 @dataclass(frozen=True)
 class ChatRequest:
     model: str
-    messages: Tuple[Json, ...]      # {"role": str, "content": str}
+    messages: Tuple[Json, ...]      # {"role": str, "content": str, ...tool fields}
     params: GenerationParams
+    output: OutputSpec              # response_format, tools and tool_choice
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,7 @@ class CompletionRequest:
     model: str
     prompt: Prompt                  # text, or token ids
     params: GenerationParams
+    output: OutputSpec
 
 
 @dataclass(frozen=True)
@@ -69,44 +86,10 @@ class EmbeddingRequest:
 
 # ---------------------------------------------------------------------------- field checks
 
-def _bad(param: str, message: str) -> ApiError:
-    return ApiError(400, message, param=param, code="invalid_value")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(body: Json, key: str, default: float, low: float, high: float) -> float:
-    value = body.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(key, "'{}' must be a number".format(key))
-    if not low <= value <= high:
-        raise _bad(key, "'{}' must be between {} and {}".format(key, low, high))
-    return float(value)
-
-
-def _flag(body: Json, key: str) -> bool:
-    value = body.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _bad(key, "'{}' must be a boolean".format(key))
-    return value
-
-
-def _unsupported(body: Json, key: str, allowed: Tuple[Any, ...] = (None,)) -> None:
-    if body.get(key) not in allowed:
-        raise ApiError(400, "'{}' is not supported by this server".format(key), param=key,
-                       code="unsupported_parameter")
-
-
 def _model(body: Json) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise _bad("model", "'model' must be a non-empty string")
+        raise bad("model", "'model' must be a non-empty string")
     return model
 
 
@@ -116,10 +99,36 @@ def _stop(body: Json) -> Tuple[str, ...]:
         return ()
     stops = [stop] if isinstance(stop, str) else stop
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise _bad("stop", "'stop' must be a string or a list of strings")
+        raise bad("stop", "'stop' must be a string or a list of strings")
     if len(stops) > MAX_STOPS:
-        raise _bad("stop", "at most {} stop strings".format(MAX_STOPS))
+        raise bad("stop", "at most {} stop strings".format(MAX_STOPS))
     return tuple(s for s in stops if s)
+
+
+def _token_ids(body: Json, key: str) -> Tuple[int, ...]:
+    value = body.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(is_int(t) and t >= 0 for t in value):
+        raise bad(key, "'{}' must be a list of token ids".format(key))
+    return tuple(value)
+
+
+def _logit_bias(body: Json) -> Tuple[Tuple[int, float], ...]:
+    """OpenAI's `{"token id as a string": bias in [-100, 100]}`."""
+    value = body.get("logit_bias")
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or len(value) > MAX_LOGIT_BIAS:
+        raise bad("logit_bias", "'logit_bias' must be an object of at most {} token ids"
+                  .format(MAX_LOGIT_BIAS))
+    out = []
+    for key, bias in value.items():
+        if not str(key).isdigit() or isinstance(bias, bool) \
+                or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise bad("logit_bias", "'logit_bias' maps token ids to numbers in [-100, 100]")
+        out.append((int(key), float(bias)))
+    return tuple(out)
 
 
 def _max_tokens(body: Json, cap: int) -> int:
@@ -128,84 +137,62 @@ def _max_tokens(body: Json, cap: int) -> int:
     value = body.get(key)
     if value is None:
         return cap
-    if not _is_int(value):
-        raise _bad(key, "'{}' must be an integer".format(key))
+    if not is_int(value):
+        raise bad(key, "'{}' must be an integer".format(key))
     if not 1 <= value <= cap:
-        raise _bad(key, "'{}' must be between 1 and {} (this server's cap)".format(key, cap))
+        raise bad(key, "'{}' must be between 1 and {} (this server's cap)".format(key, cap))
     return value
 
 
-def generation_params(body: Json, max_tokens_cap: int) -> GenerationParams:
+def _chat_logprobs(body: Json) -> Optional[int]:
+    """Chat: `logprobs: true` with `top_logprobs` (0..20) alternatives."""
+    if not flag(body, "logprobs"):
+        if body.get("top_logprobs") is not None:
+            raise bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+        return None
+    return integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+
+
+def _completion_logprobs(body: Json) -> Optional[int]:
+    """Completions: `logprobs: k` (0..5 in OpenAI's API; up to 20 here)."""
+    if body.get("logprobs") is None:
+        return None
+    return integer(body, "logprobs", 0, 0, MAX_TOP_LOGPROBS)
+
+
+def generation_params(body: Json, max_tokens_cap: int, logprobs: Optional[int]
+                      ) -> GenerationParams:
     """The sampling and length fields shared by chat and completions."""
-    n = body.get("n")
-    if n is not None and (not _is_int(n) or n != 1):
-        raise ApiError(400, "only n=1 is supported", param="n", code="unsupported_parameter")
     seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise _bad("seed", "'seed' must be an integer")
+    if seed is not None and not is_int(seed):
+        raise bad("seed", "'seed' must be an integer")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
-        raise _bad("stream_options", "'stream_options' must be an object")
-    include_usage = _flag(options or {}, "include_usage")
+        raise bad("stream_options", "'stream_options' must be an object")
+    stream = flag(body, "stream")
+    include_usage = flag(options or {}, "include_usage")
     return GenerationParams(
         max_tokens=_max_tokens(body, max_tokens_cap),
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        temperature=number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=number(body, "top_p", 1.0, 0.0, 1.0),
         stop=_stop(body), seed=seed,
-        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
-        stream=_flag(body, "stream"), include_usage=include_usage)
+        presence_penalty=number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        stream=stream, include_usage=include_usage,
+        n=integer(body, "n", 1, 1, MAX_N), logprobs=logprobs,
+        logit_bias=_logit_bias(body), stop_ids=_token_ids(body, "stop_token_ids"),
+        ignore_eos=flag(body, "ignore_eos"),
+        top_k=integer(body, "top_k", 0, 0, 1 << 20),
+        min_p=number(body, "min_p", 0.0, 0.0, 1.0),
+        repetition_penalty=number(body, "repetition_penalty", 1.0, 0.01, 10.0))
 
 
 # ---------------------------------------------------------------------------- endpoints
 
-def _content(message: Json, index: int) -> str:
-    """A message's text: a string, or a list of `{"type": "text", "text": ...}` parts."""
-    param = "messages[{}].content".format(index)
-    content = message.get("content")
-    if content is None and message.get("role") == "assistant":
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" \
-                    or not isinstance(part.get("text"), str):
-                raise ApiError(400, "only text content parts are supported", param=param,
-                               code="unsupported_content")
-            texts.append(part["text"])
-        return "".join(texts)
-    raise _bad(param, "message content must be a string or a list of text parts")
-
-
-def _messages(body: Json) -> Tuple[Json, ...]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _bad("messages", "'messages' must be a non-empty list")
-    out = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise _bad("messages[{}]".format(i), "each message must be an object")
-        role = message.get("role")
-        if role not in ROLES:
-            raise _bad("messages[{}].role".format(i),
-                       "role must be one of {}".format(", ".join(ROLES)))
-        # "developer" is OpenAI's newer name for the system role.
-        out.append({"role": "system" if role == "developer" else role,
-                    "content": _content(message, i)})
-    return tuple(out)
-
-
 def chat_request(body: Json, max_tokens_cap: int) -> ChatRequest:
     """POST /v1/chat/completions."""
-    _unsupported(body, "logprobs", (None, False))
-    _unsupported(body, "tools", (None, []))
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise ApiError(400, "only response_format {'type': 'text'} is supported",
-                       param="response_format", code="unsupported_parameter")
-    return ChatRequest(_model(body), _messages(body), generation_params(body, max_tokens_cap))
+    params = generation_params(body, max_tokens_cap, _chat_logprobs(body))
+    return ChatRequest(_model(body), chat_messages(body), params, output_spec(body))
 
 
 def _prompt(value: Any, param: str) -> Prompt:
@@ -213,22 +200,24 @@ def _prompt(value: Any, param: str) -> Prompt:
     later, where the model is known)."""
     if isinstance(value, str) and value:
         return value
-    if isinstance(value, list) and value and all(_is_int(t) for t in value):
+    if isinstance(value, list) and value and all(is_int(t) for t in value):
         return list(value)
-    raise _bad(param, "'{}' must be a non-empty string or list of token ids".format(param))
+    raise bad(param, "'{}' must be a non-empty string or list of token ids".format(param))
 
 
 def completion_request(body: Json, max_tokens_cap: int) -> CompletionRequest:
     """POST /v1/completions (one prompt: a string, token ids, or a list holding one)."""
-    _unsupported(body, "echo", (None, False))
-    _unsupported(body, "logprobs", (None,))
-    _unsupported(body, "suffix", (None, ""))
-    _unsupported(body, "best_of", (None, 1))
+    unsupported(body, "echo", (None, False))
+    unsupported(body, "suffix", (None, ""))
+    unsupported(body, "best_of", (None, 1))
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
-    return CompletionRequest(_model(body), _prompt(prompt, "prompt"),
-                             generation_params(body, max_tokens_cap))
+    params = generation_params(body, max_tokens_cap, _completion_logprobs(body))
+    output = output_spec(body)
+    if output.tools:
+        raise bad("tools", "'tools' belong to /v1/chat/completions")
+    return CompletionRequest(_model(body), _prompt(prompt, "prompt"), params, output)
 
 
 def embedding_request(body: Json) -> EmbeddingRequest:
@@ -239,11 +228,11 @@ def embedding_request(body: Json) -> EmbeddingRequest:
     else:
         items = [value]
     if len(items) > MAX_EMBEDDING_INPUTS:
-        raise _bad("input", "at most {} inputs per request".format(MAX_EMBEDDING_INPUTS))
+        raise bad("input", "at most {} inputs per request".format(MAX_EMBEDDING_INPUTS))
     fmt = body.get("encoding_format") or "float"
     if fmt not in ("float", "base64"):
-        raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
-    _unsupported(body, "dimensions")
+        raise bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
+    unsupported(body, "dimensions")
     return EmbeddingRequest(_model(body), tuple(_prompt(v, "input") for v in items), fmt)
 
 

@@ -1,8 +1,10 @@
-"""What the worker thread runs for each endpoint, and the events it reports.
+"""What a request becomes before it reaches the engine: prompt ids (chat template,
+tokenizer), the generation request with its constraint, and the embeddings work.
 
-A job prepares its own prompt (chat template, tokenizer) in the worker, so the model and
-tokenizer are only ever touched by that one thread and a huge prompt never blocks the event
-loop. Events: `Delta` per generated piece, then `Outcome` (generation) or `Embeddings`.
+`prepare` runs in a worker thread (`asyncio.to_thread`), never on the event loop and never
+in the engine thread, so a long prompt's tokenization or a schema's compilation holds up
+neither other requests nor the running batch. It only reads the model's tokenizer and
+template; the weights and the KV cache stay with the engine thread.
 """
 from __future__ import annotations
 
@@ -10,22 +12,12 @@ from typing import Any, Callable, List, NamedTuple, Sequence
 
 import numpy as np
 
-from .engine import Job, Work
+from apr_core.batching.request import GenerationRequest
+
 from .errors import ApiError
-from .metrics import Metrics
+from .output_spec import OutputSpec
 from .schemas import GenerationParams, Prompt
-
-
-class Delta(NamedTuple):
-    """Text completed by one generated token ("" while a character is incomplete)."""
-
-    text: str
-
-
-class Outcome(NamedTuple):
-    finish_reason: str          # "stop" (EOS or stop string) or "length"
-    prompt_tokens: int
-    completion_tokens: int
+from .tool_calls import call_schema, template_knows_tools, with_instructions
 
 
 class Embeddings(NamedTuple):
@@ -45,6 +37,15 @@ def prompt_ids(model: Any, prompt: Prompt) -> List[int]:
     return list(prompt)
 
 
+def chat_ids(model: Any, messages: Sequence[dict], spec: OutputSpec) -> List[int]:
+    """The conversation through the model's template, with the tools it may call (told
+    by the template itself when it knows tools, else by a system message)."""
+    tools = spec.template_tools()
+    if tools and not template_knows_tools(model.chat_template):
+        return model.chat_ids(with_instructions(messages, spec.tools))
+    return model.chat_ids(messages, tools=tools) if tools else model.chat_ids(messages)
+
+
 def _check_context(model: Any, ids: Sequence[int], param: str) -> None:
     limit = model.transformer.config.max_ctx
     if len(ids) >= limit:
@@ -52,42 +53,40 @@ def _check_context(model: Any, ids: Sequence[int], param: str) -> None:
             len(ids), limit), param=param, code="context_length_exceeded")
 
 
-def generation(prepare: Callable[[Any], List[int]], params: GenerationParams,
-               param: str, metrics: Metrics) -> Work:
-    """Work that streams a generation for the ids `prepare(model)` returns.
-
-    Generation also ends when the context is full (prompt + max_tokens beyond it)."""
-    def work(model: Any, job: Job) -> None:
-        ids = prepare(model)
-        _check_context(model, ids, param)
-        count = 0
-        for piece in model.stream(ids, params.sampler(), params.max_tokens, params.stop):
-            if job.cancelled:   # the client left: stop at this token
-                metrics.cancelled.inc()
-                return
-            if piece.token_id >= 0:
-                count += 1
-                metrics.generated_tokens.inc()
-            job.emit(Delta(piece.text))
-        finish = "length" if count >= params.max_tokens else "stop"
-        job.emit(Outcome(finish, len(ids), count))
-    return work
+def _constraint(model: Any, spec: OutputSpec) -> Any:
+    """Constrained decoding for a forced tool call or a JSON response, else None."""
+    if not (spec.forces_call or spec.json_mode):
+        return None
+    from ..structured import json_constraint
+    if spec.forces_call:
+        return json_constraint(model.tokenizer, call_schema(spec.tools, spec.tool_name),
+                               finish_reason="tool_calls")
+    return json_constraint(model.tokenizer, spec.json_schema)
 
 
-def embeddings(inputs: Sequence[Prompt]) -> Work:
-    """Work that mean-pools the final hidden states of each input."""
-    def work(model: Any, job: Job) -> None:
+def generation(model: Any, prepare: Callable[[Any], List[int]], params: GenerationParams,
+               spec: OutputSpec, param: str) -> GenerationRequest:
+    """The scheduler's request for the ids `prepare(model)` returns."""
+    ids = prepare(model)
+    _check_context(model, ids, param)
+    return GenerationRequest(
+        ids, params.sampler(), params.max_tokens, params.stop, frozenset(params.stop_ids),
+        params.logprobs, dict(params.logit_bias), _constraint(model, spec), params.n,
+        params.ignore_eos)
+
+
+def embeddings(inputs: Sequence[Prompt]) -> Callable[[Any], Embeddings]:
+    """Engine-thread work that mean-pools the final hidden states of each input."""
+    def work(model: Any) -> Embeddings:
         vectors, total = [], 0
-        for i, item in enumerate(inputs):
-            if job.cancelled:
-                return
+        for item in inputs:
             ids = prompt_ids(model, item)
             _check_context(model, ids, "input")
             hidden = model.transformer.hidden_states(ids)            # [T, d_model]
             vectors.append(hidden.mean(axis=0).astype(np.float32))   # [d_model]
             total += len(ids)
-        job.emit(Embeddings(vectors, total))
+        return Embeddings(vectors, total)
     return work
 
 
-__all__ = ["Delta", "Embeddings", "Outcome", "embeddings", "generation", "prompt_ids"]
+__all__ = ["Embeddings", "chat_ids", "embeddings", "generation", "prompt_ids"]
