@@ -149,7 +149,11 @@ def test_chat_stream_equals_non_stream(server, chat_reply):
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == chat_reply.choices[0].finish_reason
     assert all(f is None for f in finishes[:-1])
-    assert chunks[-1].choices == [] and chunks[-1].usage == chat_reply.usage
+    usage, first = chunks[-1].usage, chat_reply.usage
+    assert chunks[-1].choices == [] and (usage.prompt_tokens, usage.completion_tokens) == (
+        first.prompt_tokens, first.completion_tokens)
+    # the same prompt again: its full KV blocks come from the prefix cache
+    assert usage.prompt_tokens_details.cached_tokens == (first.prompt_tokens - 1) // 16 * 16
 
 
 def test_completions_equal_apr_run(server):
