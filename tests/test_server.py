@@ -12,9 +12,7 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -26,6 +24,8 @@ pytestmark = [pytest.mark.native, pytest.mark.real_model]
 openai = pytest.importorskip("openai", reason="the openai client is a dev dependency")
 httpx = pytest.importorskip("httpx", reason="httpx is a dev dependency")
 
+from server_util import APR, running_server  # noqa: E402
+
 API_KEY = "test-key-123"
 QUESTION = "What is the capital of France?"
 SHORT_PROMPT = "The capital of France is"
@@ -35,75 +35,23 @@ MAX_BATCH = 2
 # at 100 tok/s; the server's --max-tokens allows it).
 LONG = 2048
 MAX_BODY = 65536
-APR = [sys.executable, "-c", "import sys; from apr_native.cli.main import main; "
-       "sys.exit(main())"]
-READY_TIMEOUT = 600     # seconds; a loaded 2-core CI machine can be slow to load the model
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    def __init__(self, process, base):
-        self.process = process
-        self.base = base
-        self.http = httpx.Client(base_url=base, timeout=120,
-                                 headers={"Authorization": "Bearer " + API_KEY})
-
-    def client(self):
-        return openai.OpenAI(base_url=self.base + "/v1", api_key=API_KEY, max_retries=0,
-                             timeout=300)
-
-    def metric(self, name):
-        text = self.http.get("/metrics").text
-        found = re.search(r"^{} ([0-9.e+]+)$".format(re.escape(name)), text, re.M)
-        assert found, name
-        return float(found.group(1))
-
-    def alive(self):
-        """The server still answers a real (short) generation."""
-        reply = self.client().completions.create(
-            model="demo", prompt=SHORT_PROMPT, max_tokens=2, temperature=0)
-        return "Paris" in reply.choices[0].text
+def alive(server):
+    """The server still answers a real (short) generation."""
+    reply = server.client().completions.create(
+        model="demo", prompt=SHORT_PROMPT, max_tokens=2, temperature=0)
+    return "Paris" in reply.choices[0].text
 
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf, tmp_path_factory):
     pytest.importorskip("uvicorn", reason="uvicorn is a native dependency")
-    port = free_port()
-    env = dict(os.environ, APR_QUIET="1")
     log = tmp_path_factory.mktemp("server") / "stderr.txt"
-    stderr = log.open("w")
-    process = subprocess.Popen(
-        APR + ["serve", "demo", "--port", str(port), "--api-key", API_KEY, "--dequantize",
-               "--max-queue", str(MAX_QUEUE), "--max-batch", str(MAX_BATCH),
-               "--max-body", str(MAX_BODY),
-               "--max-tokens", str(LONG)],
-        env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    base = "http://127.0.0.1:{}".format(port)
-    deadline = time.monotonic() + READY_TIMEOUT
-    try:
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if httpx.get(base + "/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server not ready"
-            time.sleep(0.5)
-        yield Server(process, base)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        stderr.close()
+    args = ["--dequantize", "--max-queue", str(MAX_QUEUE), "--max-batch", str(MAX_BATCH),
+            "--max-body", str(MAX_BODY), "--max-tokens", str(LONG)]
+    with running_server("demo", args, log, API_KEY) as running:
+        yield running
 
 
 def cli_run(*args):
@@ -321,7 +269,7 @@ def test_disconnect_mid_stream_cancels_generation(server):
         first = next(line for line in response.iter_lines() if line.startswith("data: "))
         assert json.loads(first[6:])["object"] == "text_completion"
     # the connection is closed: the server must stop that generation and serve the next
-    assert server.alive()
+    assert alive(server)
     assert server.metric("apr_cancelled_generations_total") == cancelled + 1
     # had the abandoned generation run on, it alone would have made LONG tokens
     assert server.metric("apr_generated_tokens_total") - generated < LONG
@@ -334,7 +282,7 @@ def test_disconnect_before_a_non_streamed_answer_cancels_it(server):
     # the client gives up long before LONG tokens can be ready and closes its connection
     with pytest.raises(httpx.ReadTimeout):
         server.http.post("/v1/completions", json=body, timeout=httpx.Timeout(120, read=3))
-    assert server.alive()
+    assert alive(server)
     assert server.metric("apr_cancelled_generations_total") == cancelled + 1
 
 
@@ -369,5 +317,5 @@ def test_full_queue_is_429_and_server_recovers(server):
     for thread in threads:
         thread.join(timeout=600)
     assert waiting == [200] * MAX_QUEUE
-    assert server.alive()
+    assert alive(server)
     assert server.process.poll() is None

@@ -45,8 +45,13 @@ class Scheduler:
     `submit`, `cancel` and `step` from one thread."""
 
     def __init__(self, model: Any, tokenizer: Any, pool: BlockPool,
-                 max_batch: int = DEFAULT_MAX_BATCH, step_tokens: int = DEFAULT_STEP_TOKENS
-                 ) -> None:
+                 max_batch: int = DEFAULT_MAX_BATCH, step_tokens: int = DEFAULT_STEP_TOKENS,
+                 min_prefill_rows: int = 1) -> None:
+        """`min_prefill_rows`: a prefix-cache hit still leaves this many prompt positions
+        to compute. A backend whose kernels change with the row count of a pass (integer
+        dots for a few rows, float products for many) sets it past the few, so a hit
+        computes the prompt's last rows as a cold prefill of the whole prompt does and
+        its logits are the same."""
         if max_batch < 1 or step_tokens < 1:
             raise AprError(ErrorCode.ARGUMENT, "max_batch and step_tokens must be positive",
                            max_batch=max_batch, step_tokens=step_tokens)
@@ -55,6 +60,7 @@ class Scheduler:
         self.pool = pool
         self.max_batch = max_batch
         self.step_tokens = max(step_tokens, max_batch)
+        self.min_prefill_rows = max(1, min_prefill_rows)
         self.waiting: Deque[Sequence] = deque()
         self.running: List[Sequence] = []
         self._ids = itertools.count()
@@ -152,7 +158,7 @@ class Scheduler:
         parent: Optional[bytes] = None
         found: List[int] = []
         keys: List[bytes] = []
-        for i in range((len(tokens) - 1) // bs):     # the last token is always computed
+        for i in range(max(len(tokens) - self.min_prefill_rows, 0) // bs):
             key = self.pool.chain_hash(parent, tokens[i * bs:(i + 1) * bs])
             block = self.pool.lookup(key)
             if block is None:

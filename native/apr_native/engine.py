@@ -52,6 +52,15 @@ def resolve_model(name: str) -> str:
     raise AprError(ErrorCode.IO, "no such file or built-in model", path=name)
 
 
+def _uniform_rows(backend: str) -> int:
+    """Rows from which the backend's matmul takes one path whatever the count (numba:
+    integer dots up to DOT_MAX_TOKENS rows, float products above)."""
+    if backend == "numba":
+        from .kernels.cpu import DOT_MAX_TOKENS
+        return DOT_MAX_TOKENS + 1
+    return 1
+
+
 class Engine:
     """A loaded model with its backend, tokenizer and batching scheduler."""
 
@@ -109,7 +118,8 @@ class Engine:
                 raise AprError(ErrorCode.ARGUMENT, "generation needs the model's tokenizer "
                                "(this engine was loaded without it)")
             self._scheduler = Scheduler(self.transformer, self.model.tokenizer, self.pool,
-                                        self.options.max_batch, self.options.step_tokens)
+                                        self.options.max_batch, self.options.step_tokens,
+                                        _uniform_rows(self.backend))
         return self._scheduler
 
     def session(self) -> "PagedSession":

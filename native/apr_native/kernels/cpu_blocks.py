@@ -263,8 +263,13 @@ def rows_times_tokens(kind, w, o, r0, r1, nb, row_bytes, x, y, col, tile):
             # (range(k0, k1) left a wraparound test in the loop, 10x slower)
             w0s, w1s, w2s, w3s = tile[0, k0:k1], tile[1, k0:k1], tile[2, k0:k1], tile[3, k0:k1]
             t = 0
-            while t + 1 < tokens:
-                xas, xbs = x[t, k0:k1], x[t + 1, k0:k1]
+            while t < tokens:
+                # A last odd token runs paired with itself (its twin's sums dropped), so
+                # every token's sums come from the same vectorized loop: a row's result
+                # does not depend on where its token sits in the batch (a prefix-cache hit
+                # computes the same numbers as the whole prompt in one pass).
+                pair = t + 1 < tokens
+                xas, xbs = x[t, k0:k1], x[t + 1 if pair else t, k0:k1]
                 a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
                 for i in range(k1 - k0):
                     xa, xb = xas[i], xbs[i]
@@ -278,18 +283,9 @@ def rows_times_tokens(kind, w, o, r0, r1, nb, row_bytes, x, y, col, tile):
                     b2 += w2 * xb
                     b3 += w3 * xb
                 _add4(acc, t, a0, a1, a2, a3)
-                _add4(acc, t + 1, b0, b1, b2, b3)
+                if pair:
+                    _add4(acc, t + 1, b0, b1, b2, b3)
                 t += 2
-            if t < tokens:
-                xas = x[t, k0:k1]
-                a0 = a1 = a2 = a3 = np.float32(0.0)
-                for i in range(k1 - k0):
-                    xa = xas[i]
-                    a0 += w0s[i] * xa
-                    a1 += w1s[i] * xa
-                    a2 += w2s[i] * xa
-                    a3 += w3s[i] * xa
-                _add4(acc, t, a0, a1, a2, a3)
         for t in range(tokens):
             _store4(y, t, c, m, acc[t, 0], acc[t, 1], acc[t, 2], acc[t, 3])
         r += m

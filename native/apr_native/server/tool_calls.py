@@ -8,18 +8,20 @@ message, so any chat model is told how to call.
 
 `ToolCallFilter` watches the text of a choice in `auto` mode: text before a call streams as
 content; from `<tool_call>` on it is held and parsed into calls when the choice ends. Small
-models often drop the tags and answer with the bare object (or a list of them), so an
-answer that opens with `{` or `[` is held too and becomes calls if it parses as calls to
+models often drop the tags and answer with the bare object (or a list of them, or either
+in a markdown code fence), so an answer that opens with `{`, `[` or a fence is held too and becomes calls if it parses as calls to
 known functions (else it is released as content at the end). A forced call (`required` or a named function) is decoded under a JSON schema, so its whole
 text is one `{"name", "arguments"}` object.
 """
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+FENCE = re.compile(r"^```[A-Za-z]*\s*\n(.*?)\n?```$", re.S)     # ```json ... ```
 
 
 def call_schema(tools: Sequence[Dict[str, Any]], name: Optional[str]) -> Dict[str, Any]:
@@ -103,7 +105,7 @@ class ToolCallFilter:
             return ""
         if not self.started and self.held.strip():
             self.started = True
-            if self.held.lstrip()[0] in "{[":
+            if self.held.lstrip()[0] in "{[`":
                 self.bare = True
                 return ""
         at = self.held.find(OPEN)
@@ -140,6 +142,9 @@ class ToolCallFilter:
 
 
     def _bare_calls(self, text: str) -> List[Dict[str, Any]]:
+        fenced = FENCE.match(text)
+        if fenced:
+            text = fenced.group(1)
         try:
             data = json.loads(text)
         except ValueError:
