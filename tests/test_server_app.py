@@ -53,3 +53,24 @@ def test_serve_command_rejects_bad_arguments():
     from apr_native.cli.main import main
     assert main(["serve", "demo", "--max-queue", "0"]) == 2
     assert main(["serve", "/no/such/model.gguf"]) == 3
+
+
+def test_cors_lets_the_named_origin_call(tmp_path):
+    engine = ServingEngine(str(tmp_path / "never-loaded.gguf"), "m")
+    settings = ServerSettings(api_key="k", cors_origins=("https://app.example",))
+    client = TestClient(create_app(engine, settings, manage_engine=False))
+    preflight = client.options("/v1/chat/completions", headers={
+        "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    assert preflight.status_code == 200       # answered before auth: browsers send no key
+    assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+    assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
+    models = client.get("/v1/models", headers={"Origin": "https://app.example",
+                                               "Authorization": "Bearer k"})
+    assert models.headers["access-control-allow-origin"] == "https://app.example"
+    other = client.get("/v1/models", headers={"Origin": "https://evil.example",
+                                              "Authorization": "Bearer k"})
+    assert "access-control-allow-origin" not in other.headers
+    plain = TestClient(create_app(engine, ServerSettings(), manage_engine=False))
+    assert "access-control-allow-origin" not in plain.get(
+        "/health", headers={"Origin": "https://app.example"}).headers

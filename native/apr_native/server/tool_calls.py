@@ -103,7 +103,9 @@ class ToolCallFilter:
         self.held += text
         if self.in_calls or self.bare:
             return ""
-        if not self.started and self.held.strip():
+        if not self.started:
+            if not self.held.strip():
+                return ""           # leading white space: wait for the first word
             self.started = True
             if self.held.lstrip()[0] in "{[`":
                 self.bare = True
