@@ -152,8 +152,10 @@ def test_json_schema_response_parses_and_validates(server, schema):
 
 
 def test_json_object_mode(server):
-    reply = ask(server.client(), "Give me a JSON object about Paris.", max_tokens=150,
-                temperature=0, response_format={"type": "json_object"})
+    reply = ask(server.client(), "Give the name and the country of France's capital as a "
+                "JSON object.", max_tokens=200, temperature=0,
+                response_format={"type": "json_object"})
+    assert reply.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(reply.choices[0].message.content), dict)
 
 

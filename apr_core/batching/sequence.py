@@ -85,8 +85,11 @@ class Sequence:
             z[[t for t in eog_ids if 0 <= t < z.size]] = -np.inf
         if self.constraint is not None:
             allowed = self.constraint.allowed()
-            if allowed is not None:
-                z[~np.asarray(allowed, bool)[:z.size]] = -np.inf
+            if allowed is not None:        # tokens past the mask's end are not allowed
+                keep = np.zeros(z.size, bool)
+                allowed = np.asarray(allowed, bool)[:z.size]
+                keep[:allowed.size] = allowed
+                z[~keep] = -np.inf
         return z
 
 
