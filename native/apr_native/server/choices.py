@@ -7,7 +7,7 @@ call turns the finish reason into "tool_calls".
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from apr_core.batching.request import FinishEvent, TokenEvent
 
