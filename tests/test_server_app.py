@@ -74,3 +74,12 @@ def test_cors_lets_the_named_origin_call(tmp_path):
     plain = TestClient(create_app(engine, ServerSettings(), manage_engine=False))
     assert "access-control-allow-origin" not in plain.get(
         "/health", headers={"Origin": "https://app.example"}).headers
+
+
+def test_a_prompt_beyond_the_kv_budget_is_the_clients_400():
+    from apr_core.errors import AprError, ErrorCode
+    from apr_native.server.errors import from_apr_error
+    from apr_native.server.streaming import api_error
+    err = AprError(ErrorCode.MEMORY, "prompt needs more KV memory than the budget")
+    assert from_apr_error(err).status == 400 and api_error(err).status == 400
+    assert api_error(RuntimeError("kernel failed")).status == 500
