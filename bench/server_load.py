@@ -5,16 +5,20 @@ prompts and max_tokens; and `apr run`'s single-stream decode for reference.
 
     .venv/bin/python bench/server_load.py [--clients 1,4,16,64] [--max-tokens 64]
         [--model qwen2.5-coder-0.5b] [--peers apr,llama-server,llama-cpp-python]
-        [--kv-memory 1G] [--json results.json]
+        [--threads 2] [--max-batch N] [--kv-memory 1G] [--backend numba]
+        [--llama-server PATH] [--timeout 900] [--json results.json]
 
-apr and llama-cpp-python are started once and run every level; llama-server is started
-per level as a user would for that many clients (`--parallel C -c C*512`; build it with
-scripts/build_llama_server.sh). Each server is warmed with one request, then hit by C
-simultaneous streaming requests (temperature 0, `stream_options.include_usage`), each
-asking to count from a different number (long, distinct answers), bounded by
-`--max-tokens` and by `--timeout`: whatever has not finished by then counts as an error.
-Prints per level and server: errors and incomplete streams, p50/p99 time to first token,
-aggregate completion tokens/s, wall time, peak RSS; then the ratios. Not a test.
+apr and llama-cpp-python are started once and run every level (apr with `--max-batch` =
+the most clients, capped at 64); llama-server is started per level as a user would for
+that many clients (`--parallel C -c C*512`; build it once with
+scripts/build_llama_server.sh, else that peer is skipped). Each level begins with one
+warm-up request, then C simultaneous streaming requests through the official `openai`
+client (temperature 0, `stream_options.include_usage`), each asking to count from a
+different number (long, distinct answers), bounded by `--max-tokens` and by `--timeout`.
+A stream that fails, or ends without a finish_reason, or has not ended by the timeout,
+counts as an error. Aggregate tok/s is the completion tokens received (the usage the
+server reports, else the content chunks) over the wall time from the requests being
+sent to the last stream ending. Prints a table per level, then the ratios. Not a test.
 """
 import argparse
 import asyncio
@@ -33,17 +37,28 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "native"))
 
 import httpx    # noqa: E402  (after the path setup, like the other benches)
+import openai   # noqa: E402
 import psutil   # noqa: E402
 
 PROMPT = "Count from {} to {}, separated by commas."
 APR = [sys.executable, "-c", "import sys; from apr_native.cli.main import main; "
        "sys.exit(main())"]
+SERVERS = ("apr", "llama-server", "llama-cpp-python")
+
+
+class ServerFailed(Exception):
+    """A server that exited or never became ready: its peer is reported, the run goes on."""
 
 
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def apr_env(args):
+    # the peers' thread counts are flags; apr's numba kernels take theirs from APR_THREADS
+    return dict(os.environ, APR_QUIET="1", APR_THREADS=str(args.threads))
 
 
 class RssSampler(threading.Thread):
@@ -68,60 +83,73 @@ class RssSampler(threading.Thread):
             time.sleep(0.1)
 
 
-def start(command, port, ready_path, timeout):
-    # A file, not a pipe: a chatty server (llama.cpp logs every load) must never block on
-    # a full pipe nobody reads.
+def log_tail(log, lines=5):
+    log.seek(0)
+    return "\n".join(log.read().decode(errors="replace").splitlines()[-lines:])
+
+
+def start(command, port, ready_path, timeout, env):
+    # A file, not a pipe: a chatty server (llama.cpp logs every request) must never block
+    # on a full pipe nobody reads.
     log = tempfile.TemporaryFile()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log,
-                               env=dict(os.environ, APR_QUIET="1"))
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = "http://127.0.0.1:{}".format(port)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            log.seek(0)
-            raise SystemExit("server exited: " + log.read().decode(errors="replace")[-2000:])
-        try:
+            raise ServerFailed("exited ({}) before ready:\n{}".format(
+                process.returncode, log_tail(log, 20)))
+        try:    # llama-server answers 503 while it loads the model
             if httpx.get(base + ready_path, timeout=5).status_code == 200:
-                return process, base
+                return process, base, log
         except httpx.TransportError:
             pass
         time.sleep(0.5)
     process.kill()
-    raise SystemExit("server not ready after {}s".format(timeout))
+    process.wait()
+    raise ServerFailed("not ready after {}s:\n{}".format(timeout, log_tail(log, 20)))
 
 
 async def one_stream(client, model, question, max_tokens, t0):
-    """(ttft seconds, completion tokens, complete?) of one streamed chat request."""
-    body = {"model": model, "messages": [{"role": "user", "content": question}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    ttft, usage, pieces, done = None, None, 0, False
-    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError("HTTP {}".format(response.status_code))
-        async for line in response.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            if line == "data: [DONE]":
-                done = True
-                break
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                raise RuntimeError(chunk["error"].get("message"))
-            if chunk.get("usage"):
-                usage = chunk["usage"]["completion_tokens"]
-            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+    """One streamed chat request: time to first token and to the end (from t0), completion
+    tokens, whether the server reported them, whether the stream finished."""
+    stream = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": question}],
+        max_tokens=max_tokens, temperature=0, stream=True,
+        stream_options={"include_usage": True})
+    ttft, usage, pieces, finished = None, None, 0, False
+    async for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage.completion_tokens
+        for choice in chunk.choices:
+            if choice.delta is not None and choice.delta.content:
                 pieces += 1
                 if ttft is None:
                     ttft = time.perf_counter() - t0
+            if choice.finish_reason is not None:
+                finished = True
     # servers that ignore stream_options send no usage: count the content chunks
-    return ttft, pieces if usage is None else usage, done
+    return {"ttft": ttft, "end": time.perf_counter() - t0,
+            "tokens": pieces if usage is None else usage, "usage": usage is not None,
+            "finished": finished}
+
+
+def openai_client(base, connections, timeout):
+    """An AsyncOpenAI client of its own connection pool, without retries (a retry would
+    hide an error and stretch the wall time)."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0,
+                              timeout=timeout, http_client=httpx.AsyncClient(
+                                  limits=limits, timeout=timeout))
 
 
 async def load(base, model, clients, max_tokens, timeout):
-    limits = httpx.Limits(max_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=base, timeout=timeout, limits=limits) as client:
-        await one_stream(client, model, PROMPT.format(1, 300), max_tokens, time.perf_counter())
+    # The warm-up's connection is not reused: a server may close it after the stream
+    # (llama-server does), and every client of the load opens its own anyway.
+    async with openai_client(base, 1, timeout) as client:
+        await asyncio.wait_for(one_stream(client, model, PROMPT.format(1, 300), max_tokens,
+                                          time.perf_counter()), timeout)
+    async with openai_client(base, clients, timeout) as client:
         t0 = time.perf_counter()
         tasks = [asyncio.ensure_future(one_stream(
             client, model, PROMPT.format(7 * i + 2, 7 * i + 302), max_tokens, t0))
@@ -129,14 +157,19 @@ async def load(base, model, clients, max_tokens, timeout):
         done, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:
             task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         wall = time.perf_counter() - t0
-    results, errors = [], len(pending)
+    results, failures = [], []
     for task in done:
         if task.exception() is not None:
-            errors += 1
+            failures.append("{}: {}".format(type(task.exception()).__name__,
+                                            task.exception())[:300])
         else:
             results.append(task.result())
-    return results, errors, wall
+    failures += ["timeout after {:.0f}s".format(timeout)] * len(pending)
+    if results and not pending:     # the last stream's end, not when asyncio noticed it
+        wall = max(r["end"] for r in results)
+    return results, failures, wall
 
 
 def percentile(values, q):
@@ -146,33 +179,54 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def measure(name, base, model, clients, args, sampler):
+def measure(name, base, model, clients, args, sampler, log):
     sampler.peak = sampler.rss()
-    results, errors, wall = asyncio.run(load(base, model, clients, args.max_tokens,
-                                             args.timeout))
-    ttfts = [r[0] for r in results if r[0] is not None]
-    tokens = sum(r[1] for r in results)
-    row = {"server": name, "clients": clients, "errors": errors,
-           "incomplete": sum(1 for r in results if not r[2]),
+    try:
+        results, failures, wall = asyncio.run(load(base, model, clients, args.max_tokens,
+                                                   args.timeout))
+    except Exception as exc:    # the warm-up request itself failed
+        results, failures, wall = [], ["warm-up: {}: {}".format(type(exc).__name__, exc)
+                                       [:300]] * clients, float("nan")
+    ttfts = [r["ttft"] for r in results if r["ttft"] is not None]
+    per_stream = [r["tokens"] for r in results]
+    tokens = sum(per_stream)
+    incomplete = sum(1 for r in results if not r["finished"])
+    row = {"server": name, "clients": clients, "errors": len(failures) + incomplete,
+           "failed": len(failures), "incomplete": incomplete,
+           "first_error": failures[0] if failures else None,
            "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
-           "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall if wall else 0.0,
+           "tokens": tokens, "min_stream_tokens": min(per_stream) if per_stream else 0,
+           "usage_reported": all(r["usage"] for r in results) if results else False,
+           "wall_s": wall, "tok_s": tokens / wall if results and wall > 0 else 0.0,
            "rss_peak_mb": sampler.peak / 2 ** 20}
-    if clients == 1 and results and results[0][0] is not None:
+    if clients == 1 and results and results[0]["ttft"] is not None:
         # after the first token, as `apr run` times its decode
-        row["decode_tok_s"] = (tokens - 1) / max(wall - results[0][0], 1e-9)
-    print("{server:>16} x{clients:<3}: errors {errors}, incomplete {incomplete}, TTFT p50 "
+        row["decode_tok_s"] = (tokens - 1) / max(wall - results[0]["ttft"], 1e-9)
+    print("{server:>16} x{clients:<3}: errors {errors} (incomplete {incomplete}), TTFT p50 "
           "{ttft_p50_s:.2f}s p99 {ttft_p99_s:.2f}s, {tokens} tokens in {wall_s:.1f}s = "
           "{tok_s:.2f} tok/s, peak RSS {rss_peak_mb:.0f} MB".format(**row), flush=True)
+    if failures:
+        print("{:>22}first error: {}\n{:>22}server log: {}".format(
+            "", failures[0], "", log_tail(log).replace("\n", "\n" + " " * 22)), flush=True)
     return row
 
 
-def run_server(name, command, port, ready_path, model, levels, args):
+def run_server(name, command, port, ready_path, model, levels, args, env=None):
     """Start `command`, run every concurrency level in `levels` against it, stop it."""
-    process, base = start(command, port, ready_path, args.timeout)
+    process, base, log = start(command, port, ready_path, args.timeout, env or dict(os.environ))
     sampler = RssSampler(process.pid)
     sampler.start()
+    rows = []
     try:
-        return [measure(name, base, model, clients, args, sampler) for clients in levels]
+        for clients in levels:
+            rows.append(measure(name, base, model, clients, args, sampler, log))
+            if process.poll() is not None:
+                raise ServerFailed("exited ({}) at {} clients:\n{}".format(
+                    process.returncode, clients, log_tail(log, 20)))
+        return rows
+    except ServerFailed as exc:
+        exc.rows = rows
+        raise
     finally:
         sampler.running = False
         sampler.join()
@@ -181,107 +235,208 @@ def run_server(name, command, port, ready_path, model, levels, args):
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
+        log.close()
 
 
-def apr_run_decode(model, args):
-    """`apr run`'s decode tok/s on the first prompt (best of 3)."""
-    best = 0.0
+def apr_run_decode(path, args):
+    """`apr run`'s decode tok/s on the warm-up prompt (best of 3), or None."""
+    command = APR + ["run", path, PROMPT.format(1, 300), "--chat", "--max-tokens",
+                     str(args.max_tokens), "--json"]
+    if args.backend:
+        command += ["--backend", args.backend]
+    best, tokens, error = None, None, None
     for _ in range(3):
-        done = subprocess.run(APR + ["run", model, PROMPT.format(1, 300), "--chat", "-n",
-                                     str(args.max_tokens), "--json"], capture_output=True,
-                              text=True, env=dict(os.environ, APR_QUIET="1"))
-        if done.returncode == 0:
-            best = max(best, json.loads(done.stdout)["timings"]["decode_tok_s"])
-    print("{:>16}     : decode {:.2f} tok/s (best of 3)".format("apr run", best), flush=True)
+        done = subprocess.run(command, capture_output=True, text=True, env=apr_env(args))
+        try:
+            out = json.loads(done.stdout)
+            speed, tokens = out["timings"]["decode_tok_s"], out["completion_tokens"]
+        except (ValueError, KeyError) as exc:
+            error = "exit {}: {}".format(done.returncode, (done.stderr.strip().splitlines()
+                                                           or [repr(exc)])[-1])
+            continue
+        best = speed if best is None else max(best, speed)
+    if best is None:
+        print("{:>16}     : failed ({})".format("apr run", error), flush=True)
+    else:
+        print("{:>16}     : decode {:.2f} tok/s, {} tokens (best of 3)".format(
+            "apr run", best, tokens), flush=True)
     return best
 
 
 def llama_server_binary(args):
+    """The cached llama-server (never built here: that takes minutes), or None."""
     if args.llama_server:
-        return args.llama_server
+        return args.llama_server if os.access(args.llama_server, os.X_OK) else None
     found = subprocess.run(["bash", os.path.join(HERE, "..", "scripts",
-                                                 "build_llama_server.sh")],
+                                                 "build_llama_server.sh"), "--cached"],
                            capture_output=True, text=True)
-    return found.stdout.strip().splitlines()[-1] if found.returncode == 0 else None
+    lines = found.stdout.strip().splitlines()
+    return lines[-1] if found.returncode == 0 and lines else None
 
 
 def ratio(a, b):
-    return a / b if b else float("nan")
+    return a / b if a and b else float("nan")
+
+
+def finite(value):
+    """`value` with NaN as None, so that --json writes standard JSON."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+def print_tables(by, levels, args):
+    for clients in levels:
+        print("\n{} concurrent stream{} x {} max tokens".format(
+            clients, "s" if clients > 1 else "", args.max_tokens))
+        print("{:<16} | {:>9} | {:>14} | {:>6} | {:>8} | {:>8} | {:>19} | {:>8}".format(
+            "server", "agg tok/s", "tokens (min/1)", "wall s", "TTFT p50", "TTFT p99",
+            "errors (incomplete)", "peak RSS"))
+        for name in SERVERS:
+            r = by.get((name, clients))
+            if r is None:
+                print("{:<16} | {:>9}".format(name, "-"))
+                continue
+            print("{:<16} | {:>9.1f} | {:>14} | {:>6.1f} | {:>7.2f}s | {:>7.2f}s | {:>19} | "
+                  "{:>5.0f} MB".format(
+                      name, r["tok_s"], "{}{} ({})".format(
+                          r["tokens"], "" if r["usage_reported"] else "*",
+                          r["min_stream_tokens"]),
+                      r["wall_s"], r["ttft_p50_s"], r["ttft_p99_s"],
+                      "{} ({})".format(r["errors"], r["incomplete"]), r["rss_peak_mb"]))
+        apr = by.get(("apr", clients), {}).get("tok_s")
+        print("apr/llama-server x{:.2f}, apr/llama-cpp-python x{:.2f}".format(
+            ratio(apr, by.get(("llama-server", clients), {}).get("tok_s")),
+            ratio(apr, by.get(("llama-cpp-python", clients), {}).get("tok_s"))))
+    if any(not r["usage_reported"] for r in by.values()):
+        print("* no usage reported (stream_options ignored): content chunks counted")
+
+
+def summary(by, levels, run_tok_s):
+    """The ratios, printed and returned."""
+    ratios = {}
+    print()
+    for name in SERVERS:
+        single = by.get((name, 1), {}).get("tok_s")
+        scaling = {c: ratio(by.get((name, c), {}).get("tok_s"), single)
+                   for c in levels if c > 1}
+        if single and scaling:
+            ratios[name + " C streams / 1 stream"] = scaling
+            print("{} C streams / 1 stream (agg tok/s): {}".format(name, ", ".join(
+                "{}: x{:.2f}".format(c, s) for c, s in scaling.items())))
+    for clients in levels:
+        apr = by.get(("apr", clients), {}).get("tok_s")
+        for peer in SERVERS[1:]:
+            ratios["apr/{} x{}".format(peer, clients)] = ratio(
+                apr, by.get((peer, clients), {}).get("tok_s"))
+    serve_decode = by.get(("apr", 1), {}).get("decode_tok_s")
+    if serve_decode and run_tok_s:
+        ratios["apr serve 1 stream / apr run (decode)"] = ratio(serve_decode, run_tok_s)
+        print("apr serve 1 stream decode {:.2f} tok/s / apr run decode {:.2f} tok/s: "
+              "x{:.2f}".format(serve_decode, run_tok_s, ratio(serve_decode, run_tok_s)))
+    return ratios
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="1,4,16,64", help="concurrency levels")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--timeout", type=float, default=900, help="seconds, per level")
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
-    parser.add_argument("--peers", default="apr,llama-server,llama-cpp-python")
-    parser.add_argument("--kv-memory", default="1G", help="apr serve --kv-memory")
-    parser.add_argument("--llama-server", help="llama-server binary (default: built and "
-                        "cached by scripts/build_llama_server.sh)")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds: for a server to be ready, and per level")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b",
+                        help="GGUF file or built-in model name")
+    parser.add_argument("--peers", default=",".join(SERVERS))
+    parser.add_argument("--threads", type=int, default=2, help="threads of every server")
+    parser.add_argument("--max-batch", type=int,
+                        help="apr serve --max-batch (default: the most clients, capped at 64)")
+    parser.add_argument("--kv-memory", help="apr serve --kv-memory (default: apr's)")
+    parser.add_argument("--backend", help="apr serve/run --backend (default: apr's)")
+    parser.add_argument("--llama-server", help="llama-server binary (default: the one "
+                        "scripts/build_llama_server.sh built and cached)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    from apr_native.cli.common import resolve_model
-    path = resolve_model(args.model)
+    from apr_native.engine import resolve_model
+    path = os.path.abspath(resolve_model(args.model))
     levels = [int(c) for c in args.clients.split(",")]
-    peers = args.peers.split(",")
-    rows, run_tok_s = [], None
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = sorted(set(peers) - set(SERVERS))
+    if unknown:
+        parser.error("unknown peers {} (known: {})".format(", ".join(unknown),
+                                                          ", ".join(SERVERS)))
+    print("model {}, {} threads, {} max tokens, levels {}".format(
+        path, args.threads, args.max_tokens, levels), flush=True)
+    started = time.perf_counter()
+    rows, run_tok_s, problems = [], None, {}
+
+    def attempt(name, *run_args, **kwargs):
+        try:
+            rows.extend(run_server(name, *run_args, **kwargs))
+        except ServerFailed as exc:
+            rows.extend(getattr(exc, "rows", []))
+            problems.setdefault(name, []).append(str(exc))
+            print("{} failed: {}".format(name, exc), flush=True)
 
     if "apr" in peers:
-        run_tok_s = apr_run_decode(args.model, args)
+        run_tok_s = apr_run_decode(path, args)
         port = free_port()
-        command = APR + ["serve", args.model, "--port", str(port), "--model-id", "bench",
-                         "--max-batch", str(min(max(levels), 64)),
-                         "--kv-memory", args.kv_memory,
-                         "--max-queue", str(max(levels) + 1),
+        command = APR + ["serve", path, "--port", str(port), "--model-id", "bench",
+                         "--max-batch", str(args.max_batch or min(max(levels), 64)),
+                         "--max-queue", str(max(levels)),
                          "--max-tokens", str(args.max_tokens)]
-        rows += run_server("apr", command, port, "/ready", "bench", levels, args)
+        if args.kv_memory:
+            command += ["--kv-memory", args.kv_memory]
+        if args.backend:
+            command += ["--backend", args.backend]
+        attempt("apr", command, port, "/ready", "bench", levels, args, env=apr_env(args))
     if "llama-server" in peers:
         binary = llama_server_binary(args)
         if binary is None:
-            print("llama-server skipped: run scripts/build_llama_server.sh")
+            problems["llama-server"] = ["no binary"]
+            print("llama-server skipped: no binary; build it with scripts/build_llama_server.sh"
+                  " (about 4 minutes, cached) or pass --llama-server PATH", flush=True)
         else:
             for clients in levels:
                 port = free_port()
+                threads = str(args.threads)
                 command = [binary, "-m", path, "--host", "127.0.0.1", "--port", str(port),
-                           "-t", "2", "-tb", "2", "--parallel", str(clients),
+                           "-t", threads, "-tb", threads, "--parallel", str(clients),
                            "-c", str(clients * 512), "--alias", "bench", "--no-webui"]
-                rows += run_server("llama-server", command, port, "/health", "bench",
-                                   [clients], args)
+                attempt("llama-server", command, port, "/health", "bench", [clients], args)
     if "llama-cpp-python" in peers:
         try:    # is the peer installed, with its server extra?
             importlib.import_module("llama_cpp.server.app")
         except ImportError as exc:
-            print("llama-cpp-python skipped: its server is not importable ({})".format(exc))
+            problems["llama-cpp-python"] = ["not installed"]
+            print("llama-cpp-python skipped: its server is not importable ({}); "
+                  "pip install 'llama-cpp-python[server]' (scripts/setup.sh caches the "
+                  "wheel)".format(exc), flush=True)
         else:
             port = free_port()
+            threads = str(args.threads)
             command = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host",
-                       "127.0.0.1", "--port", str(port), "--n_threads", "2",
-                       "--model_alias", "bench", "--n_ctx", "2048",
+                       "127.0.0.1", "--port", str(port), "--n_threads", threads,
+                       "--n_threads_batch", threads, "--model_alias", "bench",
+                       "--n_ctx", "2048",
                        # by default it aborts the running stream whenever a new one arrives
                        "--interrupt_requests", "False"]
-            rows += run_server("llama-cpp-python", command, port, "/v1/models", "bench",
-                               levels, args)
+            attempt("llama-cpp-python", command, port, "/v1/models", "bench", levels, args)
 
     by = {(r["server"], r["clients"]): r for r in rows}
-    print("\nclients | apr tok/s | llama-server | llama-cpp-python | apr/llama-server | "
-          "apr/llama-cpp-python")
-    for clients in levels:
-        a, ls, lp = (by.get((n, clients), {}).get("tok_s", float("nan"))
-                     for n in ("apr", "llama-server", "llama-cpp-python"))
-        print("{:>7} | {:>9.1f} | {:>12.1f} | {:>16.1f} | {:>16.2f} | {:>20.2f}".format(
-            clients, a, ls, lp, ratio(a, ls), ratio(a, lp)))
-    single = by.get(("apr", 1), {}).get("tok_s")
-    if single:
-        if run_tok_s:
-            print("apr serve 1 stream decode / apr run decode: x{:.2f}".format(
-                ratio(by[("apr", 1)].get("decode_tok_s", 0.0), run_tok_s)))
-        if ("apr", 16) in by:
-            print("apr 16 streams / apr 1 stream: x{:.2f}".format(
-                ratio(by[("apr", 16)]["tok_s"], single)))
+    print_tables(by, levels, args)
+    ratios = summary(by, levels, run_tok_s)
+    elapsed = time.perf_counter() - started
+    print("run took {:.0f}s".format(elapsed))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "apr_run_decode_tok_s": run_tok_s}, f, indent=1)
+            json.dump(finite({"model": os.path.basename(path), "threads": args.threads,
+                              "max_tokens": args.max_tokens, "levels": levels, "rows": rows,
+                              "apr_run_decode_tok_s": run_tok_s, "ratios": ratios,
+                              "problems": problems, "elapsed_s": elapsed}), f, indent=1)
 
 
 if __name__ == "__main__":

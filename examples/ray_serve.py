@@ -23,8 +23,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "native"))
 from ray import serve  # noqa: E402
 
 from apr_native.cli.common import resolve_model  # noqa: E402
-from apr_native.server import (EngineOptions, ServerSettings, ServingEngine,  # noqa: E402
-                               create_app)
+from apr_native.engine import EngineOptions  # noqa: E402
+from apr_native.server.app import ServerSettings, create_app  # noqa: E402
+from apr_native.server.engine import ServingEngine  # noqa: E402
 
 
 @serve.ingress()

@@ -1,29 +1,49 @@
 #!/usr/bin/env bash
 # llama.cpp's own `llama-server`, the serving peer of bench/server_load.py: built from the
 # llama.cpp sources vendored in the llama-cpp-python sdist (the same version setup.sh pins
-# for the wheel), static, cached under $APR_CACHE/bin and reused while it runs. Prints the
-# binary's path last. About 4 minutes on 2 cores the first time.
+# for the wheel), static, cached as $APR_CACHE/bin/llama-server-<version> and reused while
+# it runs. Prints the binary's path on stdout, last; the build's chatter goes to stderr.
+# About 4 minutes on 2 cores the first time.
+#
+#   scripts/build_llama_server.sh            # build unless cached, print the path
+#   scripts/build_llama_server.sh --cached   # print the path if cached, else exit 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export APR_CACHE="${APR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/apr}"
 LLAMA_VERSION=0.3.36
+PY="${PYTHON:-.venv/bin/python}"
+[ -x "$PY" ] || PY=python3
 BIN="$APR_CACHE/bin/llama-server-$LLAMA_VERSION"
+
 if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
   echo "$BIN"
   exit 0
 fi
-PYTHON=.venv/bin/python
-[ -x "$PYTHON" ] || PYTHON=python3
+if [ "${1:-}" = "--cached" ]; then
+  echo "no llama-server $LLAMA_VERSION in $APR_CACHE/bin: run scripts/build_llama_server.sh" >&2
+  exit 1
+fi
+
+# The sdist is shared with fetch_tokenizer_vectors.sh (same place, same version).
+SDIST="$APR_CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+if [ ! -f "$SDIST" ]; then
+  mkdir -p "$APR_CACHE/sdist"
+  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$APR_CACHE/sdist" \
+    "llama-cpp-python==$LLAMA_VERSION" >&2
+fi
+
+mkdir -p "$APR_CACHE/bin"
 WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-echo "building llama-server from llama-cpp-python $LLAMA_VERSION's sources (cached in $APR_CACHE/bin)..." >&2
-"$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$WORK" "llama-cpp-python==$LLAMA_VERSION" >&2
-tar -xzf "$WORK/llama_cpp_python-$LLAMA_VERSION.tar.gz" -C "$WORK"
+PARTIAL="$APR_CACHE/bin/.llama-server-$LLAMA_VERSION.$$"
+trap 'rm -rf "$WORK" "$PARTIAL"' EXIT
+echo "building llama-server from llama-cpp-python $LLAMA_VERSION's llama.cpp (cached as $BIN)..." >&2
+tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON >&2
 cmake --build "$SRC/build" --target llama-server -j "$(nproc)" >&2
-mkdir -p "$APR_CACHE/bin"
-cp "$SRC/build/bin/llama-server" "$BIN.tmp.$$"
-mv "$BIN.tmp.$$" "$BIN"                 # atomic: a half-copied binary is never "cached"
+"$SRC/build/bin/llama-server" --version >&2
+# Copied next to its final name, then renamed: a half-written binary is never "cached".
+cp "$SRC/build/bin/llama-server" "$PARTIAL"
+mv "$PARTIAL" "$BIN"
 echo "$BIN"

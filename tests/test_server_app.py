@@ -11,7 +11,8 @@ pytest.importorskip("httpx", reason="starlette's test client needs httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from apr_native.server import ServerSettings, ServingEngine, create_app  # noqa: E402
+from apr_native.server.app import ServerSettings, create_app  # noqa: E402
+from apr_native.server.engine import ServingEngine  # noqa: E402
 
 
 def test_not_ready_until_loaded(tmp_path):

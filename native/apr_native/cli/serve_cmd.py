@@ -41,7 +41,8 @@ def model_id_for(name: str) -> str:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from apr_native.server import ServerSettings, ServingEngine, create_app
+    from apr_native.server.app import ServerSettings, create_app
+    from apr_native.server.engine import ServingEngine
     if not 1 <= args.max_tokens <= 1 << 20 or args.max_queue < 1 or not 0 < args.port < 65536 \
             or not 1 <= args.max_batch <= 256:
         raise AprError(ErrorCode.ARGUMENT, "--max-tokens, --max-queue, --max-batch and --port "

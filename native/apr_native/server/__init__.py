@@ -5,8 +5,5 @@
 the `ServingEngine`'s thread: continuous batching over a paged KV cache, behind a bounded
 queue.
 """
-from ..engine import EngineOptions
-from .app import ServerSettings, create_app
-from .engine import ServingEngine
-
-__all__ = ["EngineOptions", "ServingEngine", "ServerSettings", "create_app"]
+# Import from the modules (`.app`, `.engine`): this package imports none of its children,
+# so a part without web dependencies (tool_calls, choices) loads without Starlette.
