@@ -89,16 +89,18 @@ class TextModel:
 
     @classmethod
     def load(cls, path: str, dequantize_at_load: bool = False,
-             opener: Optional[Callable[[str], Any]] = None) -> "TextModel":
+             opener: Optional[Callable[[str], Any]] = None, kernels: Any = None
+             ) -> "TextModel":
         """Load weights, tokenizer and template from a model file or HF directory.
 
         `opener(path)` opens the file (default `open_model`; apr_native passes its mmap
-        loader)."""
+        loader); `kernels` the backend's `registry.Kernels` (default numpy's)."""
         from .formats.open import open_model
         from .model.transformer import Transformer, read_hf_config
         hf_config = read_hf_config(path) if os.path.isdir(path) else None
         with (opener or open_model)(path) as model_file:
-            transformer = Transformer.from_model_file(model_file, dequantize_at_load, hf_config)
+            transformer = Transformer.from_model_file(model_file, dequantize_at_load, hf_config,
+                                                      kernels)
             tokenizer = tokenizer_for(model_file, path)
         return cls(transformer, tokenizer)
 

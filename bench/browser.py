@@ -59,13 +59,9 @@ window.wllamaReady = true;
 def native_apr(path: str, tokens: int) -> dict:
     """apr on CPython with the kernel backend `apr run` would pick (numba when installed)."""
     from apr_core.generate import generate_step
-    from apr_core.pipeline import TextModel
-    try:
-        from apr_native import backends
-        backend = backends.select()
-    except ImportError:  # a checkout without the backend registry: numpy kernels
-        backend = "numpy"
-    model = TextModel.load(path)
+    from apr_native.engine import Engine
+    engine = Engine.load(path)
+    model, backend = engine.model, engine.backend
     ids = model.prompt_ids(PROMPT)
     stamps = [time.perf_counter()]
     for _ in generate_step(model.transformer, ids, max_tokens=tokens):

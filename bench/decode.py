@@ -28,12 +28,13 @@ def main() -> int:
     sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
     from apr_native.real_models import locate
     from apr_core.generate import generate
-    from apr_core.model import Transformer
+    from apr_native.engine import Engine, EngineOptions
     path = str(locate(args.model))
     prompt = [1, 504, 3458, 282, 4649, 314, 28, 253]
     rates = {}
     for label, dense in (("apr quantized", False), ("apr dense", True)):
-        model = Transformer.from_path(path, dequantize_at_load=dense)
+        engine = Engine.load(path, EngineOptions(dequantize=dense), with_tokenizer=False)
+        model, label = engine.transformer, "{} ({})".format(label, engine.backend)
         model.forward(prompt[:2])                                   # warm up BLAS
         start = time.perf_counter()
         out = generate(model, prompt, max_tokens=args.tokens)

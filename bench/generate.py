@@ -37,8 +37,8 @@ def timed(prefill, step, ids, n_decode):
 
 
 def apr_runner(path, dense):
-    from apr_core.model import Transformer
-    model = Transformer.from_path(path, dequantize_at_load=dense)
+    from apr_native.engine import Engine, EngineOptions
+    model = Engine.load(path, EngineOptions(dequantize=dense), with_tokenizer=False).transformer
     state = {}
 
     def prefill(ids):

@@ -32,9 +32,9 @@ def pages(arrays):
 
 start = time.perf_counter()
 if kind == "apr-mmap-model" or kind == "apr-read-model":
-    from apr_core.model import Transformer
-    from apr_native.mmap_source import open_mmap
-    model = Transformer.from_path(path, opener=open_mmap if kind == "apr-mmap-model" else None)
+    from apr_native.engine import Engine, EngineOptions
+    model = Engine.load(path, EngineOptions(mmap=kind == "apr-mmap-model"),
+                        with_tokenizer=False).transformer
     held = [l.data for b in model.blocks for l in b.linears.values() if l is not None]
 elif kind == "apr-mmap-tensors":
     from apr_native.mmap_source import open_mmap

@@ -51,12 +51,9 @@ def main():
     parser.add_argument("--backend", default=None)
     parser.add_argument("--steps", type=int, default=16)
     args = parser.parse_args()
-    from apr_core.model import Transformer
-    from apr_native import backends
-    from apr_native.mmap_source import open_mmap
-    from apr_native.real_models import locate
-    backend = backends.select(args.backend)
-    model = Transformer.from_path(str(locate(args.model)), opener=open_mmap)
+    from apr_native.engine import Engine, EngineOptions
+    engine = Engine.load(args.model, EngineOptions(backend=args.backend), with_tokenizer=False)
+    model, backend = engine.transformer, engine.backend
     cache = model.new_cache(64 + args.steps)
     token = int(model.forward(list(range(1, 33)), cache, last_only=True)[-1].argmax())
     token = int(model.forward([token], cache)[-1].argmax())         # warm-up step

@@ -63,13 +63,3 @@ def pool_threads(request, monkeypatch):
     monkeypatch.setattr(pool, "CHUNK_MIN_BYTES", 1)
     yield pool.restart(request.param)
     pool.restart(numba.get_num_threads())
-
-
-@pytest.fixture(autouse=True)
-def _kernel_backend_stays_per_test():
-    """A test that selects a backend (directly, or through an in-process `apr` command,
-    which picks the fastest) must not change the kernels later tests in this worker run."""
-    from apr_core.quant import registry
-    saved = registry.active_backend()
-    yield
-    registry.set_backend(saved)

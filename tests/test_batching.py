@@ -17,21 +17,6 @@ from apr_core.sampling import SamplerConfig
 from synthetic_models import write_gguf_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def numpy_kernels():
-    """These tests hold batches to numpy's reference kernels; the backend registry is
-    process-wide, so one another test selected is set aside meanwhile."""
-    try:
-        from apr_native import backends
-    except ImportError:         # the Python 3.8 run: numpy is all there is
-        yield
-        return
-    previous = backends.active()
-    backends.select("numpy")
-    yield
-    backends.select(previous)
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     path = tmp_path_factory.mktemp("m") / "m.gguf"

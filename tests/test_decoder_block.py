@@ -18,9 +18,7 @@ pytestmark = pytest.mark.native
 
 @pytest.fixture
 def numba_backend():
-    backends.select("numba")
-    yield
-    backends.select("numpy")
+    return backends.select("numba")
 
 
 def test_every_fused_kind_has_a_numba_version():
@@ -56,7 +54,7 @@ def test_one_call_layer_equals_the_kinds_bit_for_bit(arch, quant, kv, tmp_path, 
                                                      numba_backend, monkeypatch):
     path = tmp_path / "m.gguf"
     write_gguf_model(path, arch=arch, quant=quant, **kv)
-    model = Transformer.from_path(str(path))
+    model = Transformer.from_path(str(path), kernels=numba_backend)
     calls = count_fused_layers(monkeypatch)
     fast = steps(model)
     # the prefill (6 tokens > DOT_MAX_TOKENS: float products), 4 decode steps and the
@@ -76,7 +74,7 @@ def test_one_call_layer_equals_the_kinds_bit_for_bit(arch, quant, kv, tmp_path, 
 def test_layers_it_does_not_handle_fall_back(family, extra, tmp_path, numba_backend,
                                              monkeypatch):
     write_hf_model(tmp_path, family, **extra)
-    model = Transformer.from_path(str(tmp_path))
+    model = Transformer.from_path(str(tmp_path), kernels=numba_backend)
     assert all(cpu_block.layer_plan(model, block) is None for block in model.blocks)
     calls = count_fused_layers(monkeypatch)
     fast = steps(model)

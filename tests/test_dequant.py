@@ -21,6 +21,7 @@ import pytest
 
 from apr_core import dtypes
 from apr_core.errors import AprError, ErrorCode
+from apr_core.quant.api import reference_kernel
 from apr_core.quant import (api, dequantize, dequantize_raw, dequantize_rows, quantize, registry,
                             supported_types)
 from apr_core.tensor import RawTensor
@@ -224,7 +225,7 @@ def test_q8_1_kernel_reads_the_36_byte_ggml_layout_too():
     rng = np.random.RandomState(5)
     blocks = rng.randint(0, 256, (5, 36)).astype(np.uint8)
     blocks[:, 0:2] = np.array([0.5, -3.25, 1e-3, 0.0, 7.0], "<f2").view(np.uint8).reshape(5, 2)
-    ours = registry.lookup("dequantize", "Q8_1")(blocks)
+    ours = reference_kernel("dequantize", "Q8_1")(blocks)
     d = blocks[:, 0:2].copy().view("<f2").reshape(-1).astype(np.float32)
     assert_same_bits(ours, _reference_scaled_int8(d, blocks[:, 4:36].view(np.int8)))
 
@@ -309,7 +310,7 @@ def test_required_types_are_supported():
 
 
 def test_unimplemented_types_are_unsupported_and_named(monkeypatch):
-    registry.supported("dequantize")  # loads the kernels before one is taken away
+    supported_types("dequantize")  # loads the kernels before one is taken away
     monkeypatch.delitem(registry._KERNELS, ("dequantize", "IQ2_XXS"))
     missing = [row.name for row in dtypes.ALL if row.name not in supported_types()]
     assert missing == ["IQ2_XXS"]
@@ -383,7 +384,7 @@ def test_kernels_without_out_support_are_chunked_by_copy(name, monkeypatch):
     shape = (5, 2 * api.CHUNK_ELEMENTS // 4)
     blocks = sample(name, row.nbytes(shape) // row.type_size, seed=4)
     expected = dequantize(blocks, name, shape)
-    kernel = registry.lookup("dequantize", name)
+    kernel = reference_kernel("dequantize", name)
     calls = []
 
     def plain(chunk):

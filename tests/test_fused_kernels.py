@@ -35,12 +35,6 @@ U = 2.0 ** -24
 SHAPES = {"smollm2": (576, 9, 3, 64, 1536), "qwen2.5": (896, 14, 2, 64, 4864)}
 
 
-@pytest.fixture
-def restore_backend():
-    yield
-    backends.select("numpy")
-
-
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("tokens", [1, 7])
 @pytest.mark.parametrize("residual", [True, False])
@@ -201,15 +195,13 @@ def tiny_model(kind, tmp_path):
 
 @pytest.mark.parametrize("kind", ["gguf_Q4_1", "gguf_Q8_0", "hf_llama", "hf_qwen2",
                                   "hf_gpt2", "hf_gemma3"])
-def test_models_match_numpy_under_numba(kind, tmp_path, restore_backend):
+def test_models_match_numpy_under_numba(kind, tmp_path):
     """Prefill then cached decode steps under numba equal numpy's logits: dense (HF)
     weights isolate the fused kinds (float32 rounding), quantized GGUF ones add the
     int16 activations (1e-3 of the logit scale, as test_numba_parity)."""
     path = tiny_model(kind, tmp_path)
-    backends.select("numpy")
-    model = Transformer.from_path(path)
-    ref = model.forward(PROMPT)
-    backends.select("numba")
+    ref = Transformer.from_path(path).forward(PROMPT)
+    model = Transformer.from_path(path, kernels=backends.select("numba"))
     cache = model.new_cache(len(PROMPT))
     got = np.concatenate([model.forward(PROMPT[:5], cache)] +
                          [model.forward([t], cache) for t in PROMPT[5:]])

@@ -24,7 +24,7 @@ import numpy as np
 from apr_core import dtypes
 from apr_core.quant import quantize
 from apr_native import backends
-assert backends.select("numba") == "numba"
+kernels = backends.select("numba")
 from apr_native.kernels import cpu
 q4 = dtypes.BY_NAME["Q4_1"]
 w = np.frombuffer(quantize(np.ones((64, 64), np.float32), q4), np.uint8)
@@ -34,7 +34,7 @@ if len(sys.argv) > 1:
     from apr_core.generate import generate
     from apr_core.model import Transformer
     from apr_native.mmap_source import open_mmap
-    model = Transformer.from_path(sys.argv[1], opener=open_mmap)
+    model = Transformer.from_path(sys.argv[1], opener=open_mmap, kernels=kernels)
     assert model.memory_report()["dense_bytes"] == 0
     assert len(generate(model, [1, 504, 3458, 282, 4649], max_tokens=8)) == 8
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

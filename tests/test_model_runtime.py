@@ -104,10 +104,11 @@ def test_matmul_goes_through_the_kernel_registry(monkeypatch):
         return np.zeros((x.shape[0], shape[0]), np.float32)
     monkeypatch.setitem(registry._KERNELS, ("matmul", "Q8_0"),
                         dict(registry._KERNELS[("matmul", "Q8_0")], test=fake))
-    monkeypatch.setattr(registry, "_ACTIVE_BACKENDS", ["test", "numpy"])
-    w = Linear("w", quantize(np.ones((2, 32), np.float32), dtypes.BY_NAME["Q8_0"]),
-               dtypes.BY_NAME["Q8_0"], (2, 32))
+    data = quantize(np.ones((2, 32), np.float32), dtypes.BY_NAME["Q8_0"])
+    w = Linear("w", data, dtypes.BY_NAME["Q8_0"], (2, 32), kernels=registry.Kernels("test"))
     assert w.matmul(np.ones((1, 32), np.float32)).tolist() == [[0.0, 0.0]] and calls == [(2, 32)]
+    plain = Linear("w", data, dtypes.BY_NAME["Q8_0"], (2, 32))      # numpy's, untouched
+    assert plain.matmul(np.ones((1, 32), np.float32)).tolist() != [[0.0, 0.0]]
 
 
 @pytest.fixture(scope="module")

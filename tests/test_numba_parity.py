@@ -46,27 +46,21 @@ _REFERENCE = {}
 def numpy_reference(path, ids):
     key = (path, tuple(ids))
     if key not in _REFERENCE:
-        backends.select("numpy")
         _REFERENCE[key] = greedy(Transformer.from_path(path, dequantize_at_load=True), ids)
     return _REFERENCE[key]
 
 
-@pytest.fixture
-def restore_backend():
-    yield
-    backends.select("numpy")
-
-
 @pytest.mark.parametrize("backend", ["numba", "cuda"])
 @pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
-def test_greedy_tokens_match_numpy(model, backend, request, restore_backend, monkeypatch):
+def test_greedy_tokens_match_numpy(model, backend, request, monkeypatch):
     path = request.getfixturevalue(model)
     if backend == "cuda":
         monkeypatch.setenv("APR_CUDA_EMULATE", "1")
-    text_model = TextModel.load(path, opener=open_mmap)
+    kernels = backends.select(backend)
+    assert kernels.backend == backend
+    text_model = TextModel.load(path, opener=open_mmap, kernels=kernels)
     ids = text_model.prompt_ids(PROMPTS[model], chat=True)
     ref, ref_rows = numpy_reference(path, ids)
-    assert backends.select(backend) == backend
     ours, our_rows = greedy(text_model.transformer, ids)
     for step, (a, b) in enumerate(zip(ours, ref)):
         top2 = np.sort(ref_rows[step])[-2:]

@@ -126,12 +126,13 @@ def test_weights_in_a_strided_view_are_read_correctly():
     """Tasks address weights by pointer: a weight whose bytes are a strided view (every
     other byte of a buffer) must give the result of the same bytes made contiguous."""
     from apr_native import backends
-    backends.select("numba")               # the group falls back to Linear.matmul
     rng = np.random.default_rng(9)
     (linear,) = linears(rng, [("Q8_0", (40, 256))])
     spread = np.zeros(2 * linear.data.size, np.uint8)
     spread[::2] = linear.data
-    strided = Linear(linear.name, spread[::2], linear.dtype, linear.shape)
+    # on numba's kernels: the group falls back to Linear.matmul
+    strided = Linear(linear.name, spread[::2], linear.dtype, linear.shape,
+                     kernels=backends.select("numba"))
     assert not strided.data.flags.c_contiguous
     for tokens in (1, 7):
         x = rng.standard_normal((tokens, 256)).astype(np.float32)

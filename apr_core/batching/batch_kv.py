@@ -1,7 +1,8 @@
 """One step's view of the block pool: what `Transformer.hidden_states` needs to run the
 rows of many sequences at once.
 
-    step = BatchKV(pool, [(seq_a.blocks, seq_a.computed, 1), (seq_b.blocks, 0, 37)])
+    step = BatchKV(pool, [(seq_a.blocks, seq_a.computed, 1), (seq_b.blocks, 0, 37)],
+                   model.kernels)
     logits = model.forward_rows(ids_a + ids_b, step, step.last_rows)
 
 Rows are the sequences' new tokens, in order. Row t of a sequence whose first `computed`
@@ -12,12 +13,12 @@ allocated the blocks these positions need.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import AprError, ErrorCode
-from ..model import fused
+from ..quant import registry
 from .paged_kv import BlockPool
 
 Segment = Tuple[Sequence[int], int, int]      # (block table, positions computed, new rows)
@@ -26,8 +27,10 @@ Segment = Tuple[Sequence[int], int, int]      # (block table, positions computed
 class BatchKV:
     """The cache argument of `Transformer.forward_rows` for one batch step."""
 
-    def __init__(self, pool: BlockPool, segments: Sequence[Segment]) -> None:
+    def __init__(self, pool: BlockPool, segments: Sequence[Segment],
+                 kernels: Optional[registry.Kernels] = None) -> None:
         self.pool = pool
+        self.kernels = kernels or registry.NUMPY   # the model's backend
         self.block_size = pool.block_size
         bs = self.block_size
         widest = max(len(table) for table, _, _ in segments)
@@ -79,16 +82,16 @@ class BatchKV:
     def rope_store(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                    cos: Any, sin: Any, dim: int, neox: bool) -> np.ndarray:
         """Fused kind "rope_store_paged" -> rotated q `[T, H, hd]`."""
-        return fused.kernel("rope_store_paged")(q, k, v, cos, sin, dim, neox,
-                                                self.pool.k[layer], self.pool.v[layer],
-                                                self.slots)
+        return self.kernels.fused("rope_store_paged")(q, k, v, cos, sin, dim, neox,
+                                                   self.pool.k[layer], self.pool.v[layer],
+                                                   self.slots)
 
     def attention(self, layer: int, q: np.ndarray, positions: np.ndarray, scale: float,
                   window: int) -> np.ndarray:
         """Fused kind "attention_paged": each row over its own sequence -> `[T, q_dim]`."""
-        return fused.kernel("attention_paged")(q, self.pool.k[layer], self.pool.v[layer],
-                                               self.tables, self.block_size, positions,
-                                               scale, window)
+        return self.kernels.fused("attention_paged")(q, self.pool.k[layer], self.pool.v[layer],
+                                                  self.tables, self.block_size, positions,
+                                                  scale, window)
 
 
 __all__ = ["BatchKV", "Segment"]

@@ -123,7 +123,7 @@ class Scheduler:
         for seq, count in segments:
             ids.extend(seq.tokens[seq.computed:seq.computed + count])
         batch = BatchKV(self.pool, [(seq.blocks, seq.computed, count)
-                                    for seq, count in segments])
+                                    for seq, count in segments], self.model.kernels)
         sampling = [i for i, (seq, count) in enumerate(segments)
                     if seq.computed + count == len(seq.tokens)]
         try:

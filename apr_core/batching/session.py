@@ -38,7 +38,7 @@ class PagedSession:
                 raise AprError(ErrorCode.MEMORY, "KV memory budget exhausted",
                                positions=end, blocks=self.pool.n_blocks)
             self.blocks.append(block)
-        step = BatchKV(self.pool, [(self.blocks, self.length, len(ids))])
+        step = BatchKV(self.pool, [(self.blocks, self.length, len(ids))], self.model.kernels)
         logits = self.model.forward_rows(ids, step, step.last_rows)[0]   # [n_vocab]
         self.length = end
         return logits

@@ -142,11 +142,6 @@ for _kind, _fn in KINDS.items():
     registry.register(_kind, "*")(_fn)
 
 
-def kernel(kind: str) -> Any:
-    """The preferred backend's implementation of fused kind `kind`."""
-    return registry.lookup(kind, "*")
-
-
-__all__ = ["KINDS", "kernel", "rms_norm_add", "rope_store", "cached_attention",
+__all__ = ["KINDS", "rms_norm_add", "rope_store", "cached_attention",
            "matmul_glu", "decoder_block", "rope_store_paged", "attention_paged",
            "sequence_slots"]

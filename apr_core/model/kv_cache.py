@@ -7,21 +7,23 @@ one contiguous `[L, head_dim]` slab per KV head. The arrays are allocated once w
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import AprError, ErrorCode
-from . import fused
+from ..quant import registry
 
 
 class KVCache:
     """Per-layer K and V for positions `0 .. length-1` of one sequence."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int) -> None:
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int,
+                 kernels: Optional[registry.Kernels] = None) -> None:
         if capacity <= 0:
             raise AprError(ErrorCode.ARGUMENT, "KV cache capacity must be positive",
                            capacity=capacity)
+        self.kernels = kernels or registry.NUMPY   # its model's backend (rope_store, attention)
         self.capacity = int(capacity)
         self.length = 0
         shape = (n_kv_heads, self.capacity, head_dim)
@@ -60,13 +62,13 @@ class KVCache:
     def rope_store(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                    cos: Any, sin: Any, dim: int, neox: bool) -> np.ndarray:
         """Fused kind "rope_store" at `length ..` -> rotated q `[T, H, hd]`."""
-        return fused.kernel("rope_store")(q, k, v, cos, sin, dim, neox, self.k[layer],
+        return self.kernels.fused("rope_store")(q, k, v, cos, sin, dim, neox, self.k[layer],
                                           self.v[layer], self.length)
 
     def attention(self, layer: int, q: np.ndarray, positions: np.ndarray, scale: float,
                   window: int) -> np.ndarray:
         """Fused kind "attention" of `q [T, H, hd]` over keys `0 .. length+T-1`."""
-        return fused.kernel("attention")(q, self.k[layer], self.v[layer],
+        return self.kernels.fused("attention")(q, self.k[layer], self.v[layer],
                                          self.length + q.shape[0], positions, scale, window)
 
     def kernel_view(self, n_new: int) -> Tuple[np.ndarray, np.ndarray, int]:

@@ -20,11 +20,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import AprError, ErrorCode
-from ..quant import dequantize
+from ..quant import dequantize, registry
 from ..tensor import ModelFile
 from .config import ModelConfig, config_from_apr, config_from_gguf, config_from_hf
 from .families import Family, Resolved, contracts, resolve_tensors
-from . import fused
+from . import fused  # noqa: F401  (registers the fused kinds' numpy references)
 from .kv_cache import KVCache
 from .layers import ACTIVATION_FNS, Norm, Rope, rms_norm
 from .weights import Linear, matmul_group
@@ -54,8 +54,10 @@ class Transformer:
     def __init__(self, config: ModelConfig, embedding: Linear, lm_head: Linear,
                  output_norm: Norm, blocks: List[Block],
                  position_embedding: Optional[Linear] = None,
-                 rope_freqs: Optional[np.ndarray] = None) -> None:
+                 rope_freqs: Optional[np.ndarray] = None,
+                 kernels: Optional[registry.Kernels] = None) -> None:
         self.config = config
+        self.kernels = kernels or registry.NUMPY   # the backend this model runs on
         self.embedding = embedding
         self.lm_head = lm_head
         self.output_norm = output_norm
@@ -76,23 +78,26 @@ class Transformer:
 
     @classmethod
     def from_model_file(cls, model_file: ModelFile, dequantize_at_load: bool = False,
-                        hf_config: Optional[Dict[str, Any]] = None) -> "Transformer":
+                        hf_config: Optional[Dict[str, Any]] = None,
+                        kernels: Optional[registry.Kernels] = None) -> "Transformer":
         """Load weights from an open ModelFile (APR, GGUF, SafeTensors).
 
         `hf_config` is the transformers config.json dict, needed for SafeTensors files
         (which carry no hyperparameters). Every tensor is checked against the family
         contract before weights are read. Projections stay quantized in memory unless
-        `dequantize_at_load`.
+        `dequantize_at_load`. `kernels` is the backend it runs on (default numpy's).
         """
         config = model_config(model_file, hf_config)
         family = Family(config.arch, contracts()[config.arch])
         where = resolve_tensors(family, config.source, config.dims(), config.flags(),
                                 config.n_layers, model_file.tensors)
-        return _Loader(model_file, config, where, dequantize_at_load).build(cls)
+        return _Loader(model_file, config, where, dequantize_at_load,
+                       kernels or registry.NUMPY).build(cls)
 
     @classmethod
     def from_path(cls, path: str, dequantize_at_load: bool = False,
-                  opener: Optional[Callable[[str], ModelFile]] = None) -> "Transformer":
+                  opener: Optional[Callable[[str], ModelFile]] = None,
+                  kernels: Optional[registry.Kernels] = None) -> "Transformer":
         """Load a model file or a Hugging Face model directory (weights + config.json).
 
         `opener(path)` opens the file (default `open_model`; apr_native passes its mmap
@@ -102,7 +107,7 @@ class Transformer:
         if os.path.isdir(path):
             hf_config = read_hf_config(path)
         with (opener or open_model)(path) as model_file:
-            return cls.from_model_file(model_file, dequantize_at_load, hf_config)
+            return cls.from_model_file(model_file, dequantize_at_load, hf_config, kernels)
 
     # ------------------------------------------------------------------ running
 
@@ -110,7 +115,7 @@ class Transformer:
         """A KV cache for up to `capacity` positions (default: the model's context)."""
         cfg = self.config
         size = min(int(capacity or cfg.max_ctx), cfg.max_ctx)
-        return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, size)
+        return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, size, self.kernels)
 
     def forward(self, token_ids: Sequence[int], cache: Optional[KVCache] = None,
                 last_only: bool = False) -> np.ndarray:
@@ -159,7 +164,7 @@ class Transformer:
             observe("token_embd", x)
         tables = {kind: rope.tables(positions) for kind, rope in self.ropes.items()}
         for block in self.blocks:
-            x = fused.kernel("decoder_block")(self, block, x, positions, cache, tables)
+            x = self.kernels.fused("decoder_block")(self, block, x, positions, cache, tables)
             if observe is not None:
                 observe("blk.{}".format(block.index), x)
         cache.advance(ids.size)
@@ -176,7 +181,7 @@ class Transformer:
         "decoder_block" calls it unless a backend runs the whole layer itself."""
         cfg = self.config
         lin, norms = block.linears, block.norms
-        _, h = _norm_add(norms["attn_norm"], x, None)                  # [T, d]
+        _, h = _norm_add(self.kernels, norms["attn_norm"], x, None)                  # [T, d]
         if lin.get("qkv") is not None:
             qkv = lin["qkv"].matmul(h)                                 # [T, q_dim + 2 kv_dim]
             q, k, v = np.split(qkv, [cfg.q_dim, cfg.q_dim + cfg.kv_dim], axis=1)
@@ -199,9 +204,9 @@ class Transformer:
         a = lin["o"].matmul(a)                                         # [T, d]
         if norms.get("post_attn_norm") is not None:
             a = norms["post_attn_norm"](a)
-        x, h = _norm_add(norms["ffn_norm"], x, a)                      # [T, d] each
+        x, h = _norm_add(self.kernels, norms["ffn_norm"], x, a)                      # [T, d] each
         if lin.get("gate") is not None:
-            m = fused.kernel("matmul_glu")(lin["gate"], lin["up"], h, cfg.act)  # [T, d_ff]
+            m = self.kernels.fused("matmul_glu")(lin["gate"], lin["up"], h, cfg.act)  # [T, d_ff]
         else:
             m = self.act(lin["up"].matmul(h))
         m = lin["down"].matmul(m)                                      # [T, d_ff] -> [T, d]
@@ -221,11 +226,11 @@ class Transformer:
         return {"quantized_bytes": quantized, "dense_bytes": dense, "linears": len(seen)}
 
 
-def _norm_add(norm: Norm, x: np.ndarray, a: Optional[np.ndarray]):
+def _norm_add(kernels: registry.Kernels, norm: Norm, x: np.ndarray, a: Optional[np.ndarray]):
     """`(x + a, norm(x + a))` (`a` None: `(x, norm(x))`): one fused kernel call for an
     RMSNorm without bias, the general Norm otherwise (LayerNorm families)."""
     if norm.kind == "rms" and norm.bias is None:
-        return fused.kernel("rms_norm_add")(x, a, norm.weight, norm.eps)
+        return kernels.fused("rms_norm_add")(x, a, norm.weight, norm.eps)
     s = x if a is None else x + a
     return s, norm(s)
 
@@ -264,8 +269,10 @@ class _Loader:
     """Reads the resolved tensors into a Transformer (shared Linears for tied weights)."""
 
     def __init__(self, model_file: ModelFile, config: ModelConfig,
-                 where: Dict[Any, Optional[Resolved]], dense: bool) -> None:
+                 where: Dict[Any, Optional[Resolved]], dense: bool,
+                 kernels: registry.Kernels) -> None:
         self.file = model_file
+        self.kernels = kernels
         self.config = config
         self.where = where
         self.dense = dense
@@ -291,10 +298,10 @@ class _Loader:
         raw = self.file.read_raw(found.name)
         if found.transposed:   # HF Conv1D [in, out]: decode and transpose once
             weight = dequantize(raw.data, raw.dtype, raw.shape).T      # [out, in]
-            made = Linear.from_dense(found.name, weight, bias)
+            made = Linear.from_dense(found.name, weight, bias, self.kernels)
         else:
             made = Linear(found.name, raw.data, raw.dtype, raw.shape, bias,
-                          dense=self.dense if dense is None else dense)
+                          dense=self.dense if dense is None else dense, kernels=self.kernels)
         self.linears[found.name] = made
         return made
 
@@ -325,7 +332,7 @@ class _Loader:
         position = self.linear(-1, "position_embedding")
         output_norm = self.norm(-1, "output_norm", "output_norm_bias")
         return cls(cfg, embedding, lm_head, output_norm, blocks, position,
-                   self.vector(-1, "rope_freqs"))
+                   self.vector(-1, "rope_freqs"), self.kernels)
 
 
 __all__ = ["Transformer", "Block", "model_config", "read_hf_config"]

@@ -1,9 +1,9 @@
 """Weights of a loaded model: `Linear` projections that stay quantized in memory.
 
 A `Linear` holds a weight `W [out, in]` as its stored bytes, dtype and shape. `matmul(x)`
-computes `x @ W.T (+ b)` through the kernel registry (kind "matmul", keyed by dtype name),
-so an accelerated backend (numba, CUDA) can replace the numpy kernel without touching the
-model. The numpy kernel decodes W a block of rows at a time with `dequantize_rows`, so its
+computes `x @ W.T (+ b)` through its model's `Kernels` (kind "matmul", keyed by dtype
+name), so an accelerated backend (numba, CUDA) can replace the numpy kernel without touching
+the model. The numpy kernel decodes W a block of rows at a time with `dequantize_rows`, so its
 scratch memory stays under `scratch_bytes` however large the weight: a model runs in about
 its file size, never a full float32 copy of every weight. `dense=True` (or
 `Transformer.from_model_file(..., dequantize_at_load=True)`) decodes once at load instead:
@@ -58,7 +58,7 @@ def matmul_group(linears: Sequence["Linear"], x: np.ndarray) -> List[np.ndarray]
     """`[l.matmul(x) for l in linears]` for projections sharing one input (Q/K/V,
     gate/up), through the registry's kind "matmul_group": a backend may run them as one
     kernel call (one activation quantization, one parallel region)."""
-    return registry.lookup("matmul_group", "*")(linears, x)
+    return linears[0].kernels.lookup("matmul_group", "*")(linears, x)
 
 
 def numpy_matmul_group(linears: Sequence["Linear"], x: np.ndarray) -> List[np.ndarray]:
@@ -74,11 +74,13 @@ class Linear:
 
     def __init__(self, name: str, data: Any, dtype: DType, shape: Tuple[int, ...],
                  bias: Optional[np.ndarray] = None, dense: bool = False,
-                 scratch_bytes: int = SCRATCH_BYTES) -> None:
+                 scratch_bytes: int = SCRATCH_BYTES,
+                 kernels: Optional[registry.Kernels] = None) -> None:
         if len(shape) != 2:
             raise AprError(ErrorCode.VALIDATION, "a projection weight must be 2-D",
                            tensor=name, shape=shape)
         self.name = name
+        self.kernels = kernels or registry.NUMPY   # the backend this weight runs on
         self.dtype = dtype
         self.shape = (int(shape[0]), int(shape[1]))
         self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
@@ -94,10 +96,12 @@ class Linear:
 
     @classmethod
     def from_dense(cls, name: str, weight: np.ndarray,
-                   bias: Optional[np.ndarray] = None) -> "Linear":
+                   bias: Optional[np.ndarray] = None,
+                   kernels: Optional[registry.Kernels] = None) -> "Linear":
         """A dense Linear over a float32 `[out, in]` array (e.g. an HF Conv1D transposed)."""
         weight = np.ascontiguousarray(weight, np.float32)
-        return cls(name, weight, dtypes.BY_NAME["F32"], weight.shape, bias, dense=True)
+        return cls(name, weight, dtypes.BY_NAME["F32"], weight.shape, bias, dense=True,
+                   kernels=kernels)
 
     @property
     def quantized_in_memory(self) -> bool:
@@ -115,7 +119,7 @@ class Linear:
         if self.weight is not None:
             y = x @ self.weight.T                                     # [T, in] -> [T, out]
         else:
-            kernel = registry.lookup("matmul", self.dtype.name)
+            kernel = self.kernels.lookup("matmul", self.dtype.name)
             y = kernel(self.data, self.dtype, self.shape, x, self.scratch_elements)
         if self.bias is not None:
             y += self.bias

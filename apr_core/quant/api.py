@@ -108,7 +108,7 @@ def _dequantize_blocks(blocks: np.ndarray, dtype: DType) -> np.ndarray:
     n, width = blocks.shape[0], dtype.block_size
     if n == 0:
         return np.zeros((0, width), np.float32)
-    kernel = registry.lookup("dequantize", dtype.name)
+    kernel = reference_kernel("dequantize", dtype.name)
     # Corrupt scales (inf/NaN f16 fields) legitimately give NaN, as in ggml: no warnings.
     with np.errstate(invalid="ignore", over="ignore"):
         return _run_dequantize(kernel, blocks, dtype)
@@ -197,7 +197,7 @@ def dequantize_rows(data: Any, dtype: DTypeLike, shape: Any, start_row: int,
                        got=getattr(out, "shape", None))
     blocks_out = out.reshape(-1, dt.block_size)                 # [n_blocks, block_size]
     if part.shape[0]:
-        kernel = registry.lookup("dequantize", dt.name)
+        kernel = reference_kernel("dequantize", dt.name)
         with np.errstate(invalid="ignore", over="ignore"):
             _run_dequantize(kernel, part, dt, blocks_out)
     return out.reshape(stop - start, inner)
@@ -214,7 +214,7 @@ def quantize(values: Any, dtype: DTypeLike) -> bytes:
     array = np.ascontiguousarray(values, dtype=np.float32)
     _as_shape(array.shape, dt)  # AprError(FORMAT) for partial blocks
     n, width = array.size // dt.block_size, dt.type_size
-    kernel = registry.lookup("quantize", dt.name)
+    kernel = reference_kernel("quantize", dt.name)
     if n == 0:
         return b""
     blocks = array.reshape(n, dt.block_size)                   # [n_blocks, block_size]
@@ -232,8 +232,20 @@ def quantize(values: Any, dtype: DTypeLike) -> bytes:
 
 def supported_types(kind: str = "dequantize") -> Tuple[str, ...]:
     """Names of the dtypes with a registered `kind` ("dequantize" or "quantize") kernel."""
+    _load_kernels()
     return registry.supported(kind)
 
 
-__all__ = ["dequantize", "dequantize_raw", "dequantize_rows", "quantize", "supported_types",
+def _load_kernels() -> None:
+    # Imported on first use (they register themselves); keeps `import apr_core.quant` cheap.
+    from . import kernels  # noqa: F401
+
+
+def reference_kernel(kind: str, dtype_name: str) -> Kernel:
+    """The numpy kernel of `kind` ("dequantize" / "quantize") for a dtype."""
+    _load_kernels()
+    return registry.lookup(kind, dtype_name)
+
+
+__all__ = ["dequantize", "dequantize_raw", "dequantize_rows", "quantize", "supported_types", "reference_kernel",
            "CHUNK_ELEMENTS"]

@@ -1,10 +1,12 @@
-"""THE kernel registry: dtype name -> dequantize / quantize function (house rules 1 and 4).
+"""THE kernel registry: (kind, dtype name) -> implementations, one per backend.
 
 Kernels are pure numpy functions over whole blocks:
   dequantize(blocks: np.ndarray[uint8, (n_blocks, type_size)]) -> np.ndarray[float32, (n_blocks, block_size)]
   quantize(values: np.ndarray[float32, (n_blocks, block_size)]) -> np.ndarray[uint8, (n_blocks, type_size)]
-Accelerated backends (numba, CUDA, a browser WASM kernel) override entries through
-`register(..., backend=...)` and `use_backend`; model code never branches on dtype or backend.
+Accelerated backends (numba, CUDA, a browser WASM kernel) add implementations with
+`register(..., backend=...)`. A model runs through its own `Kernels` (one backend's choice
+among them), so model code never branches on dtype or backend and nothing here is a
+process-wide preference: two models in one process may run on different backends.
 """
 from __future__ import annotations
 
@@ -13,59 +15,61 @@ from typing import Callable, Dict, Tuple
 from ..errors import AprError, ErrorCode
 
 Kernel = Callable[..., object]
+REFERENCE = "numpy"
 
-# (kind, dtype name) -> {backend name: kernel}; kind is "dequantize" or "quantize".
+# (kind, dtype name) -> {backend name: kernel}; kinds: "dequantize", "quantize", "matmul",
+# "matmul_group" and the fused kinds of apr_core.model.fused (dtype "*").
 _KERNELS: Dict[Tuple[str, str], Dict[str, Kernel]] = {}
-_ACTIVE_BACKENDS = ["numpy"]
 
 
-def register(kind: str, dtype_name: str, backend: str = "numpy") -> Callable[[Kernel], Kernel]:
-    """Decorator: `@register("dequantize", "Q4_0")`."""
+def register(kind: str, dtype_name: str, backend: str = REFERENCE
+             ) -> Callable[[Kernel], Kernel]:
+    """Decorator: `@register("dequantize", "Q4_0")`. Adds an implementation; which one a
+    model runs is its `Kernels`' choice."""
     def wrap(fn: Kernel) -> Kernel:
         _KERNELS.setdefault((kind, dtype_name), {})[backend] = fn
         return fn
     return wrap
 
 
-def use_backend(name: str) -> None:
-    """Prefer `name`'s kernels over numpy's where it has them."""
-    if name not in _ACTIVE_BACKENDS:
-        _ACTIVE_BACKENDS.insert(0, name)
+class Kernels:
+    """One backend's view of the registry: its own kernels first, numpy's where it has none."""
+
+    def __init__(self, backend: str = REFERENCE) -> None:
+        self.backend = backend
+        self._order = (backend,) if backend == REFERENCE else (backend, REFERENCE)
+
+    def lookup(self, kind: str, dtype_name: str) -> Kernel:
+        # looked up per call (two dict reads), so kernels registered later are seen
+        return _pick(kind, dtype_name, self._order)
+
+    def fused(self, kind: str) -> Kernel:
+        """This backend's implementation of fused kind `kind` (apr_core.model.fused)."""
+        return self.lookup(kind, "*")
+
+    def __repr__(self) -> str:
+        return "<Kernels {}>".format(self.backend)
 
 
-def set_backend(name: str) -> None:
-    """Prefer `name`'s kernels, numpy's where it has none (undoes earlier preferences)."""
-    _ACTIVE_BACKENDS[:] = [name] if name == "numpy" else [name, "numpy"]
+NUMPY = Kernels(REFERENCE)     # the reference backend (immutable: shared by every model)
 
 
-def active_backend() -> str:
-    """The most preferred backend."""
-    return _ACTIVE_BACKENDS[0]
-
-
-def lookup(kind: str, dtype_name: str) -> Kernel:
-    _load_kernels()
+def _pick(kind: str, dtype_name: str, order: Tuple[str, ...]) -> Kernel:
     table = _KERNELS.get((kind, dtype_name))
     if table:
-        for backend in _ACTIVE_BACKENDS:
+        for backend in order:
             if backend in table:
                 return table[backend]
     raise AprError(ErrorCode.UNSUPPORTED, "unsupported quant type for {}".format(kind),
                    dtype=dtype_name)
 
 
+def lookup(kind: str, dtype_name: str) -> Kernel:
+    """The numpy reference implementation (the definition every backend is tested against)."""
+    return _pick(kind, dtype_name, (REFERENCE,))
+
+
 def supported(kind: str) -> Tuple[str, ...]:
-    _load_kernels()
+    """Dtype names with a registered `kind` kernel (the numpy kernels register when
+    `apr_core.quant.kernels` is imported; `apr_core.quant.supported_types` does that)."""
     return tuple(sorted(name for (k, name) in _KERNELS if k == kind))
-
-
-_loaded = False
-
-
-def _load_kernels() -> None:
-    """Import the kernel modules once (they register themselves); lazy to keep imports cheap."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from . import kernels  # noqa: F401  (registers every numpy kernel)

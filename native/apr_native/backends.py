@@ -1,14 +1,17 @@
-"""Kernel backends for apr_core's registry: CUDA -> numba CPU -> numpy, chosen once.
+"""Kernel backends for apr_core's registry: CUDA -> numba CPU -> numpy.
 
     from apr_native import backends
-    backends.select()            # "auto": APR_BACKEND if set, else the fastest available
-    backends.select("numba")     # or force one: numpy | numba | cuda
+    kernels = backends.select()          # "auto": APR_BACKEND if set, else the fastest
+    kernels = backends.select("numba")   # or name one: numpy | numba | cuda
+    model = TextModel.load(path, kernels=kernels)
 
-Selecting a backend registers its "matmul" kernels (one per block type it implements),
+`select` registers the backend's "matmul" kernels (one per block type it implements),
 "matmul_group" and the fused per-layer kinds of `apr_core.model.fused` into
-`apr_core.quant.registry` and makes it the preferred one; `Linear.matmul` looks the
-kernel up per call, so model code is shared by every backend and never copied. Weight
-types a backend lacks fall back to numpy's kernel.
+`apr_core.quant.registry` (once per process: registering only adds implementations) and
+returns a `registry.Kernels` for it. The model holds that object, so which backend runs
+is the model's, never process-wide: two models in one process may use different ones.
+Model code is shared by every backend and never copied; weight types a backend lacks fall
+back to numpy's kernel.
 
 "cuda" is automatic only with a real device (`numba.cuda.is_available()`); it runs the
 kinds "matmul" and "attention" (the other kinds use the references). With
@@ -104,8 +107,8 @@ def _register_cuda() -> None:
 _REGISTER = {"numba": _register_numba, "cuda": _register_cuda}
 
 
-def select(name: Optional[str] = None) -> str:
-    """Make `name` (or $APR_BACKEND, or the best available) the active backend; return it.
+def select(name: Optional[str] = None) -> registry.Kernels:
+    """The kernels of `name` (or $APR_BACKEND, or the best available); `.backend` names it.
 
     AprError(ARGUMENT) for an unknown name, AprError(UNSUPPORTED) when the named backend
     cannot run here (numba not installed, no CUDA device).
@@ -128,13 +131,7 @@ def select(name: Optional[str] = None) -> str:
     if wanted in _REGISTER and _registered.get(wanted) != mode:
         _REGISTER[wanted]()
         _registered[wanted] = mode
-    registry.set_backend(wanted)
-    return wanted
+    return registry.Kernels(wanted)
 
 
-def active() -> str:
-    """The backend currently preferred by the registry."""
-    return registry.active_backend()
-
-
-__all__ = ["select", "available", "active", "threads", "NAMES", "ENV"]
+__all__ = ["select", "available", "threads", "NAMES", "ENV"]

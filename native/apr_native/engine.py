@@ -83,18 +83,19 @@ class Engine:
         options = options or EngineOptions()
         start = time.perf_counter()
         path = resolve_model(name)
-        backend = backends.select(options.backend)
+        kernels = backends.select(options.backend)
         opener = None
         if options.mmap:
             from .mmap_source import open_mmap
             opener = open_mmap
         if with_tokenizer:
             model = TextModel.load(path, dequantize_at_load=options.dequantize,
-                                   opener=opener)
+                                   opener=opener, kernels=kernels)
         else:
             from apr_core.model import Transformer
-            model = TextModel(Transformer.from_path(path, options.dequantize, opener), None)
-        return cls(model, backend, options, path, time.perf_counter() - start)
+            model = TextModel(Transformer.from_path(path, options.dequantize, opener, kernels),
+                              None)
+        return cls(model, kernels.backend, options, path, time.perf_counter() - start)
 
     @property
     def transformer(self) -> Any:

@@ -211,7 +211,8 @@ class WasmFused:
 
 
 def register_simd_matmul(quantized: bool = True) -> bool:
-    """Make the SIMD kernels apr_core's preferred "matmul" (when the worker created them).
+    """Register the SIMD kernels as backend "wasm-simd" (when the worker created them) and
+    make it the backend of the models this worker loads next (`_state["kernels"]`).
     `quantized=False` keeps every weight as float32 (the earlier kernel, for comparison)."""
     import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
     kernel = getattr(js, "aprSimd", None)
@@ -225,7 +226,8 @@ def register_simd_matmul(quantized: bool = True) -> bool:
     registry.register("matmul_group", "*", backend=BACKEND)(matmul.group)
     if quantized:  # the float32 mode stays the earlier kernel alone, for comparison
         _register_fused(WasmFused(kernel, matmul))
-    registry.set_backend(BACKEND)
+    from apr_websource import _state
+    _state["kernels"] = registry.Kernels(BACKEND)
     return True
 
 
@@ -250,13 +252,12 @@ def kernel_check(name: str, x_b64: str, quantized: bool = True) -> str:
     import base64
     import numpy as np
     import js  # type: ignore[import-not-found]
-    from apr_web import _state
-    from apr_core.quant import registry
+    from apr_websource import _state
     transformer = _state["model"].transformer
     linears = [transformer.embedding, transformer.lm_head] + [
         lin for block in transformer.blocks for lin in block.linears.values()]
     lin = [lin for lin in linears if lin is not None and lin.name == name][0]
-    kernel = registry.lookup("matmul", lin.dtype.name)
+    kernel = transformer.kernels.lookup("matmul", lin.dtype.name)
     if not quantized:
         kernel = WasmMatmul(js.aprSimd, quantized=False)
     x = np.frombuffer(base64.b64decode(x_b64), "<f4").reshape(-1, lin.shape[1])  # [T, in]
@@ -272,10 +273,10 @@ def fused_check(seed: int) -> str:
     cache), for wasm_tests/test_quant_kernel.py: JSON `{output: [max |diff|, scale]}` with
     scale = max |ref| (max |V| for attention, whose error scales with the values summed)."""
     import numpy as np
-    from apr_web import _state
+    from apr_websource import _state
     from apr_core.model import fused as reference
-    from apr_core.quant import registry
-    mine = {kind: registry.lookup(kind, "*") for kind in reference.KINDS}
+    kernels = _state["model"].transformer.kernels
+    mine = {kind: kernels.fused(kind) for kind in reference.KINDS}
     rng = np.random.RandomState(seed)
     normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
     x, a, w = normal(2, 576), normal(2, 576), normal(576)

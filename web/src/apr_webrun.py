@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
 
-from apr_web import _error, _models, _open, _state
+from apr_websource import _error, _models, _open, _state
 
 
 async def load(url: str, dequantize: Optional[bool] = None,
@@ -35,16 +35,17 @@ async def load(url: str, dequantize: Optional[bool] = None,
         except ImportError:
             return json.dumps({"error": {"code": "numpy", "message": "generation needs numpy: "
                                          "use Pyodide 0.17, or an indexURL that serves numpy"}})
+        from apr_core.quant import registry
+        kernels = _state.get("kernels") or registry.NUMPY   # apr_webkernel's, if registered
         if dequantize is None:
-            from apr_core.quant import registry
-            dequantize = registry.active_backend() == "numpy"
-        transformer = Transformer.from_model_file(model, dequantize_at_load=bool(dequantize))
+            dequantize = kernels.backend == registry.REFERENCE
+        transformer = Transformer.from_model_file(model, dequantize_at_load=bool(dequantize),
+                                                  kernels=kernels)
         _state["model"] = TextModel(transformer, tokenizer_for(model))
         _state["url"] = url
         cfg = transformer.config
-        from apr_core.quant import registry
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
-                           "kernels": registry.active_backend(),
+                           "kernels": kernels.backend,
                            "vocab": cfg.n_vocab, "context": cfg.max_ctx,
                            "chat_template": bool(_state["model"].chat_template)})
     except Exception as exc:
