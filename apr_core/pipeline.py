@@ -21,6 +21,7 @@ from .sampling import Sampler, SamplerConfig
 from .text.chat import render_chat
 from .text.text_stream import TextStream
 from .text.tokenizer import Tokenizer
+from .text.load import tokenizer_from_gguf, tokenizer_from_json
 
 
 class Piece(NamedTuple):
@@ -64,16 +65,16 @@ def _rate(count: int, seconds: float) -> Optional[float]:
 def tokenizer_for(model_file: Any, path: Optional[str] = None) -> Tokenizer:
     """The tokenizer stored with the weights (GGUF keys, APR's GGUF block, tokenizer.json)."""
     if model_file.format == "gguf":
-        return Tokenizer.from_gguf_metadata(model_file.metadata)
+        return tokenizer_from_gguf(model_file.metadata)
     gguf_block = model_file.metadata.get("gguf") if isinstance(model_file.metadata, dict) else None
     if isinstance(gguf_block, dict) and isinstance(gguf_block.get("kv"), dict):
-        return Tokenizer.from_gguf_metadata(gguf_block["kv"])
+        return tokenizer_from_gguf(gguf_block["kv"])
     meta = model_file.metadata if isinstance(model_file.metadata, dict) else {}
     if isinstance(meta.get("hf_tokenizer"), dict):     # an APR file made from a HF directory
-        return Tokenizer.from_tokenizer_json(meta["hf_tokenizer"],
+        return tokenizer_from_json(meta["hf_tokenizer"],
                                              meta.get("hf_tokenizer_config") or {})
     if path and os.path.isdir(path) and os.path.isfile(os.path.join(path, "tokenizer.json")):
-        return Tokenizer.from_tokenizer_json(path)
+        return tokenizer_from_json(path)
     raise AprError(ErrorCode.NOT_FOUND, "model carries no tokenizer (GGUF tokenizer keys or "
                    "tokenizer.json)", path=path)
 

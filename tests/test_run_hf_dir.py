@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from apr_core.text.load import tokenizer_from_json
 
 pytestmark = [pytest.mark.native, pytest.mark.oracle]
 
@@ -42,11 +43,9 @@ def hf_dir(tmp_path_factory):
 
 def test_apr_run_on_hf_directory_matches_transformers(hf_dir):
     import torch
-    from apr_core.text.tokenizer import Tokenizer
     path, model = hf_dir
     prompt = "The quick brown fox"
-    ids = Tokenizer.from_tokenizer_json(path).encode(prompt, add_special=True,
-                                                     parse_special=False)
+    ids = tokenizer_from_json(path).encode(prompt, add_special=True, parse_special=False)
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False,
                              eos_token_id=None, pad_token_id=0)

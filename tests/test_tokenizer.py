@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from apr_core.errors import AprError, ErrorCode
 from apr_core.text.bpe import BYTE_TO_UNICODE, merge_word
 from apr_core.text.pretokenize import PRE_PATTERNS, PreTokenizer, translate
-from apr_core.text.tokenizer import StreamingDetokenizer, Tokenizer
+from apr_core.text.tokenizer import StreamingDetokenizer
+from apr_core.text.load import tokenizer_from_gguf, tokenizer_from_json
 
 BYTE_CHARS = [BYTE_TO_UNICODE[b] for b in range(256)]
 
@@ -89,7 +90,7 @@ def test_hf_split_behaviors():
 
 def test_unknown_pre_tokenizer_is_refused():
     with pytest.raises(AprError) as info:
-        Tokenizer.from_gguf_metadata(bpe_kv(pre="no-such-pre"))
+        tokenizer_from_gguf(bpe_kv(pre="no-such-pre"))
     assert info.value.code is ErrorCode.UNSUPPORTED and info.value.context["pre"] == "no-such-pre"
 
 
@@ -108,7 +109,7 @@ def test_merge_word_lowest_rank_first_leftmost_on_ties():
 def test_bpe_encode_decode_and_word_cache():
     kv = bpe_kv(["he", "ll", "hell", "hello", "\u0120w", "\u0120wo"],
                 ["h e", "l l", "he ll", "hell o", "\u0120 w", "\u0120w o"])
-    tok = Tokenizer.from_gguf_metadata(kv)
+    tok = tokenizer_from_gguf(kv)
     ids = tok.encode("hello wow", add_special=False)
     assert [tok.tokens[i] for i in ids] == ["hello", "\u0120wo", "w"]
     assert tok.decode(ids) == "hello wow"
@@ -128,14 +129,14 @@ _tiny = []
 
 def _tiny_bpe():
     if not _tiny:
-        _tiny.append(Tokenizer.from_gguf_metadata(bpe_kv(["he", "ll"], ["h e", "l l"])))
+        _tiny.append(tokenizer_from_gguf(bpe_kv(["he", "ll"], ["h e", "l l"])))
     return _tiny[0]
 
 
 def test_special_tokens_split_before_pretokenization():
     kv = bpe_kv(["<|im_start|>", "<|im_end|>", "<tool>"], [],
                 types=[1] * 256 + [3, 3, 4], **{"tokenizer.ggml.eos_token_id": 257})
-    tok = Tokenizer.from_gguf_metadata(kv)
+    tok = tokenizer_from_gguf(kv)
     start, end, tool = 256, 257, 258
     ids = tok.encode("<|im_start|>hi<tool>x<|im_end|>", add_special=False)
     assert ids[0] == start and ids[-1] == end and tool in ids
@@ -151,12 +152,12 @@ def test_bos_eos_follow_metadata():
     kv = bpe_kv(["<s>", "</s>"], [], types=[1] * 256 + [3, 3],
                 **{"tokenizer.ggml.bos_token_id": 256, "tokenizer.ggml.eos_token_id": 257,
                    "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True})
-    tok = Tokenizer.from_gguf_metadata(kv)
+    tok = tokenizer_from_gguf(kv)
     assert tok.encode("a") == [256, BYTE_CHARS.index("a"), 257]
     assert tok.encode("a", add_special=False) == [BYTE_CHARS.index("a")]
     assert tok.encode("") == [256, 257]
     # llama-bpe style vocabularies add BOS by default (llama.cpp's rule), metadata aside.
-    llama3 = Tokenizer.from_gguf_metadata(bpe_kv(["<s>"], [], pre="llama-bpe",
+    llama3 = tokenizer_from_gguf(bpe_kv(["<s>"], [], pre="llama-bpe",
                                                  **{"tokenizer.ggml.bos_token_id": 256}))
     assert llama3.encode("a")[0] == 256
 
@@ -166,7 +167,7 @@ def test_bos_eos_follow_metadata():
 def test_spm_merges_by_score_and_space_prefix():
     pieces = ["\u2581", "\u2581h", "el", "lo", "\u2581hel", "\u2581hello", "ab", "bc"]
     scores = [-1, -2, -3, -4, -5, -1, -2, -1]
-    tok = Tokenizer.from_gguf_metadata(spm_kv(pieces, scores))
+    tok = tokenizer_from_gguf(spm_kv(pieces, scores))
     ids = tok.encode("hello")
     assert ids[0] == 1 and [tok.tokens[i] for i in ids[1:]] == ["\u2581hello"]
     # "abc": pair (b,c) scores higher than (a,b), so b+c merges and a stays alone.
@@ -178,7 +179,7 @@ def test_spm_merges_by_score_and_space_prefix():
 
 
 def test_spm_byte_fallback_and_streaming_never_splits_a_character():
-    tok = Tokenizer.from_gguf_metadata(spm_kv(["\u2581", "\u2581ok"], [-2.0, -1.0]))
+    tok = tokenizer_from_gguf(spm_kv(["\u2581", "\u2581ok"], [-2.0, -1.0]))
     text = "ok \U0001F600\u00e9!"
     ids = tok.encode(text, add_special=False)
     assert [tok.tokens[i] for i in ids[-7:]] == ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>",
@@ -191,7 +192,7 @@ def test_spm_byte_fallback_and_streaming_never_splits_a_character():
 
 
 def test_streaming_flush_replaces_a_truncated_character():
-    tok = Tokenizer.from_gguf_metadata(spm_kv(["\u2581"], [-1.0]))
+    tok = tokenizer_from_gguf(spm_kv(["\u2581"], [-1.0]))
     ids = tok.encode("\U0001F600", add_special=False)[:-1]    # drop the last byte
     stream = StreamingDetokenizer(tok)
     assert "".join(stream.add(i) for i in ids) == ""
@@ -201,26 +202,26 @@ def test_streaming_flush_replaces_a_truncated_character():
 
 def test_unsupported_and_broken_metadata():
     with pytest.raises(AprError) as info:
-        Tokenizer.from_gguf_metadata({"tokenizer.ggml.model": "bert",
+        tokenizer_from_gguf({"tokenizer.ggml.model": "bert",
                                       "tokenizer.ggml.tokens": ["a"]})
     assert info.value.code is ErrorCode.UNSUPPORTED and info.value.context["model"] == "bert"
     with pytest.raises(AprError) as info:
-        Tokenizer.from_gguf_metadata({"tokenizer.ggml.model": "gpt2",
+        tokenizer_from_gguf({"tokenizer.ggml.model": "gpt2",
                                       "tokenizer.ggml.tokens": ["a"]})
     assert info.value.code is ErrorCode.FORMAT        # no merges
     with pytest.raises(AprError):
-        Tokenizer.from_gguf_metadata({"general.architecture": "llama"})
+        tokenizer_from_gguf({"general.architecture": "llama"})
     for broken in ({"tokenizer.ggml.tokens": BYTE_CHARS[:-1] + [7]},
                    {"tokenizer.ggml.token_type": ["x"] * 256},
                    {"tokenizer.ggml.merges": [3, 4]}):
         with pytest.raises(AprError) as info:
-            Tokenizer.from_gguf_metadata(dict(bpe_kv(), **broken))
+            tokenizer_from_gguf(dict(bpe_kv(), **broken))
         assert info.value.code is ErrorCode.FORMAT
     with pytest.raises(AprError) as info:
-        Tokenizer.from_gguf_metadata(dict(spm_kv([], []), **{"tokenizer.ggml.scores": [0.0]}))
+        tokenizer_from_gguf(dict(spm_kv([], []), **{"tokenizer.ggml.scores": [0.0]}))
     assert info.value.code is ErrorCode.FORMAT
     with pytest.raises(AprError) as info:
-        Tokenizer.from_tokenizer_json({"model": {"type": "WordPiece", "vocab": {}}})
+        tokenizer_from_json({"model": {"type": "WordPiece", "vocab": {}}})
     assert info.value.code is ErrorCode.UNSUPPORTED and info.value.context["model"] == "WordPiece"
     tok = _tiny_bpe()
     with pytest.raises(AprError) as info:

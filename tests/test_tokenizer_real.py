@@ -7,7 +7,8 @@ while round trips and streaming still run.
 import pytest
 
 from apr_core.formats.gguf import read_gguf
-from apr_core.text.tokenizer import StreamingDetokenizer, Tokenizer
+from apr_core.text.tokenizer import StreamingDetokenizer
+from apr_core.text.load import tokenizer_from_gguf
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 
@@ -28,7 +29,7 @@ TEXTS = [
 @pytest.fixture(scope="module", params=["smollm2_gguf", "qwen_gguf"])
 def model(request):
     path = request.getfixturevalue(request.param)
-    return path, Tokenizer.from_gguf_metadata(read_gguf(path).metadata)
+    return path, tokenizer_from_gguf(read_gguf(path).metadata)
 
 
 @pytest.fixture(scope="module")

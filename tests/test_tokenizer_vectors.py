@@ -14,7 +14,7 @@ import pytest
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.formats.gguf import read_gguf
-from apr_core.text.tokenizer import Tokenizer
+from apr_core.text.load import tokenizer_from_gguf
 
 pytestmark = pytest.mark.oracle
 
@@ -86,7 +86,7 @@ def test_required_vocabularies_present():
 def test_vectors(name):
     if name == "none":
         pytest.skip("no vectors")
-    tokenizer = Tokenizer.from_gguf_metadata(load(name))
+    tokenizer = tokenizer_from_gguf(load(name))
     failures = []
     for text, expected in read_vectors(name):
         got = tokenizer.encode(text, add_special=False, parse_special=False)
@@ -103,7 +103,7 @@ def test_unsupported_types_are_refused(name):
     if not os.path.exists(path):
         pytest.skip("{} not in this llama.cpp version".format(name))
     with pytest.raises(AprError) as info:
-        Tokenizer.from_gguf_metadata(load(name))
+        tokenizer_from_gguf(load(name))
     assert info.value.code is ErrorCode.UNSUPPORTED
     assert info.value.context["model"] == UNSUPPORTED[name]
 
@@ -112,7 +112,7 @@ def test_unsupported_types_are_refused(name):
 @pytest.mark.parametrize("name", ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "starcoder"])
 def test_vectors_round_trip(name):
     """decode(encode(s)) == s for every vector input (no special tokens in them)."""
-    tokenizer = Tokenizer.from_gguf_metadata(load(name))
+    tokenizer = tokenizer_from_gguf(load(name))
     for text, _ in read_vectors(name):
         ids = tokenizer.encode(text, add_special=False, parse_special=False)
         assert tokenizer.decode(ids) == text

@@ -47,6 +47,7 @@ import os
 from typing import Any, List, Optional
 
 from ..errors import AprError, ErrorCode
+from .decryption_error import DecryptionError
 
 OPERATIONS = ("public_key_ed25519", "sign_ed25519", "verify_ed25519", "encrypt_aes256gcm",
               "decrypt_aes256gcm", "argon2id", "public_key_x25519", "x25519")
@@ -59,10 +60,6 @@ PUBLIC_KEY_SIZE = 32
 
 _registered: List[Any] = []
 _builtin: Optional[List[Any]] = None
-
-
-class DecryptionError(Exception):
-    """Raised by providers when authentication fails; turned into AprError(E005)."""
 
 
 def register_provider(provider: Any) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Set
 
-from . import DecryptionError
+from .decryption_error import DecryptionError
 
 
 def _try_import(name: str) -> Any:

@@ -10,13 +10,13 @@ load (unknown flag bits, non-zero padding, misaligned payloads) land in `.warnin
 """
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..codecs import CODEC_MASK, CODEC_NAMES
 from ..codecs.framing import decode_blocks
 from ..errors import AprError, ErrorCode
+from ..json_files import parse_json
 from ..io import ByteSource, open_source
 from ..tensor import ModelFile, TensorInfo, check_layout
 from . import flags as F
@@ -269,15 +269,7 @@ def _check_bounds(header: Header, size: int) -> None:
 
 
 def _parse_metadata(raw: bytes) -> Dict[str, Any]:
-    try:
-        metadata = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise AprError(ErrorCode.FORMAT, "metadata is not valid UTF-8", position=exc.start)
-    except (ValueError, RecursionError) as exc:
-        raise AprError(ErrorCode.FORMAT, "metadata is not valid JSON: {}".format(exc))
-    if not isinstance(metadata, dict):
-        raise AprError(ErrorCode.FORMAT, "metadata must be a JSON object",
-                       type=type(metadata).__name__)
+    metadata = parse_json(raw, "metadata")
     return metadata
 
 

@@ -8,17 +8,15 @@ export can write llama.cpp's hyperparameter and tokenizer keys from them.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, Optional
 
-from ..errors import AprError, ErrorCode
+from ..json_files import read_json_file
 
 # APR metadata key -> file name in the directory.
 HF_FILES = (("hf_config", "config.json"), ("hf_tokenizer", "tokenizer.json"),
             ("hf_tokenizer_config", "tokenizer_config.json"),
             ("hf_generation_config", "generation_config.json"))
-MAX_SIDE_FILE = 256 << 20     # the largest real tokenizer.json files are ~30 MiB
 
 
 def hf_directory(target: Any) -> Optional[str]:
@@ -36,21 +34,8 @@ def read_side_files(directory: str) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for key, name in HF_FILES:
         path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
-        size = os.path.getsize(path)
-        if size > MAX_SIDE_FILE:
-            raise AprError(ErrorCode.MEMORY, "model side file is implausibly large",
-                           file=name, size=size, limit=MAX_SIDE_FILE)
-        try:
-            with open(path, "rb") as handle:
-                value = json.loads(handle.read().decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise AprError(ErrorCode.FORMAT, "model side file is not valid JSON", file=name,
-                           error=str(exc)[:200]) from exc
-        if not isinstance(value, dict):
-            raise AprError(ErrorCode.FORMAT, "model side file is not a JSON object", file=name)
-        out[key] = value
+        if os.path.isfile(path):
+            out[key] = read_json_file(path, name)
     return out
 
 

@@ -28,6 +28,7 @@ from ..atomic import atomic_output
 from ..dtypes import DType, from_st_name, st_name_for_write
 from ..errors import AprError, ErrorCode
 from ..io import ByteSource, open_source
+from ..json_files import parse_json, short
 from ..tensor import MAX_DIMS, ModelFile, TensorInfo, check_shape
 
 # The safetensors crate's MAX_HEADER_SIZE: a header this large is refused before reading it.
@@ -131,42 +132,9 @@ class _Entry(NamedTuple):
 
 
 def load_json_strict(data: bytes, what: str) -> Any:
-    """Decode UTF-8 JSON, rejecting duplicate keys and NaN/Infinity (AprError FORMAT).
-
-    Shared with the sharded index reader so both parse JSON the same strict way.
-    """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise AprError(ErrorCode.FORMAT, "JSON is not valid UTF-8", source=what,
-                       position=exc.start)
-    try:
-        return json.loads(text, object_pairs_hook=_unique_object,
-                          parse_constant=_reject_constant)
-    except AprError:
-        raise
-    except RecursionError:
-        raise AprError(ErrorCode.FORMAT, "JSON nested too deeply", source=what)
-    except ValueError as exc:  # JSONDecodeError, and int-digit limits on Python >= 3.11
-        raise AprError(ErrorCode.FORMAT, "invalid JSON: {}".format(exc), source=what)
-
-
-def _unique_object(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
-    result: Dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise AprError(ErrorCode.FORMAT, "duplicate key in JSON object", key=_short(key))
-        result[key] = value
-    return result
-
-
-def _reject_constant(token: str) -> Any:
-    raise AprError(ErrorCode.FORMAT, "NaN/Infinity are not valid JSON", token=token)
-
-
-def _short(text: str, limit: int = 120) -> str:
-    """Clip long names in error context so a hostile header cannot flood a message."""
-    return text if len(text) <= limit else text[:limit] + "..."
+    """UTF-8 JSON with no duplicate keys and no NaN/Infinity (AprError FORMAT), as serde
+    reads it; shared with the sharded index reader."""
+    return parse_json(data, what, strict=True, want_object=False)
 
 
 def _check_text(text: str, what: str, source: str) -> None:
@@ -176,7 +144,7 @@ def _check_text(text: str, what: str, source: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise AprError(ErrorCode.FORMAT, "{} is not valid Unicode".format(what),
-                       value=_short(repr(text)), source=source)
+                       value=short(repr(text)), source=source)
 
 
 def _parse_metadata(value: Any, source: str) -> Dict[str, str]:
@@ -188,7 +156,7 @@ def _parse_metadata(value: Any, source: str) -> Dict[str, str]:
     for key, item in value.items():
         if not isinstance(item, str):
             raise AprError(ErrorCode.FORMAT, "__metadata__ values must be strings",
-                           key=_short(key), got=type(item).__name__, source=source)
+                           key=short(key), got=type(item).__name__, source=source)
         _check_text(key, "metadata key", source)
         _check_text(item, "metadata value", source)
     return value
@@ -203,26 +171,26 @@ def _parse_entry(name: str, entry: Any, source: str) -> _Entry:
     _check_text(name, "tensor name", source)
     if not isinstance(entry, dict):
         raise AprError(ErrorCode.FORMAT, "tensor entry must be an object",
-                       tensor=_short(name), source=source)
+                       tensor=short(name), source=source)
     for field in ("dtype", "shape", "data_offsets"):
         if field not in entry:
             raise AprError(ErrorCode.FORMAT, "tensor entry lacks '{}'".format(field),
-                           tensor=_short(name), source=source)
+                           tensor=short(name), source=source)
     dtype_name, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype_name, str):
-        raise AprError(ErrorCode.FORMAT, "dtype must be a string", tensor=_short(name))
+        raise AprError(ErrorCode.FORMAT, "dtype must be a string", tensor=short(name))
     dtype = from_st_name(dtype_name)
     if not isinstance(shape, list) or not all(_is_u64(dim) for dim in shape):
         raise AprError(ErrorCode.FORMAT, "shape must be a list of non-negative integers",
-                       tensor=_short(name), shape=_short(repr(shape)), source=source)
+                       tensor=short(name), shape=short(repr(shape)), source=source)
     if len(shape) > MAX_DIMS:
         raise AprError(ErrorCode.UNSUPPORTED,
                        "tensor has {} dimensions; SafeTensors allows it but apr supports at "
                        "most {}".format(len(shape), MAX_DIMS),
-                       tensor=_short(name), dims=len(shape), source=source)
+                       tensor=short(name), dims=len(shape), source=source)
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_u64, offsets))):
         raise AprError(ErrorCode.FORMAT, "data_offsets must be [begin, end] integers",
-                       tensor=_short(name), data_offsets=_short(repr(offsets)), source=source)
+                       tensor=short(name), data_offsets=short(repr(offsets)), source=source)
     return _Entry(name, dtype, tuple(shape), offsets[0], offsets[1])
 
 
@@ -234,7 +202,7 @@ def _check_layout(entries: List[_Entry], data_len: int, data_start: int,
     cursor = 0
     tensors: List[TensorInfo] = []
     for entry in entries:
-        context = dict(tensor=_short(entry.name), data_offsets=[entry.begin, entry.end],
+        context = dict(tensor=short(entry.name), data_offsets=[entry.begin, entry.end],
                        source=source)
         if entry.end < entry.begin:
             raise AprError(ErrorCode.CORRUPT, "data_offsets end before they begin", **context)
@@ -335,7 +303,7 @@ def _check_write_text(text: str, what: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise AprError(ErrorCode.ARGUMENT, "{} is not valid Unicode".format(what),
-                       value=_short(repr(text)))
+                       value=short(repr(text)))
 
 
 def write_safetensors(path: Any, tensors: Sequence[Any],

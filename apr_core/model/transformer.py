@@ -13,13 +13,13 @@ positions, sliding-window layers).
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import AprError, ErrorCode
+from ..json_files import read_json_file
 from ..quant import dequantize, registry
 from ..tensor import ModelFile
 from .config import ModelConfig, config_from_apr, config_from_gguf, config_from_hf
@@ -237,18 +237,7 @@ def _norm_add(kernels: registry.Kernels, norm: Norm, x: np.ndarray, a: Optional[
 
 def read_hf_config(directory: str) -> Dict[str, Any]:
     """`config.json` of a Hugging Face model directory, or AprError(NOT_FOUND/FORMAT)."""
-    path = os.path.join(directory, "config.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            cfg = json.load(handle)
-    except OSError:
-        raise AprError(ErrorCode.NOT_FOUND, "model directory has no config.json", path=path)
-    except ValueError as exc:
-        raise AprError(ErrorCode.FORMAT, "config.json is not valid JSON", path=path,
-                       reason=str(exc))
-    if not isinstance(cfg, dict):
-        raise AprError(ErrorCode.FORMAT, "config.json is not a JSON object", path=path)
-    return cfg
+    return read_json_file(os.path.join(directory, "config.json"), "config.json")
 
 
 def model_config(model_file: ModelFile, hf_config: Optional[Dict[str, Any]] = None

@@ -11,8 +11,6 @@ step: `bpe.BPETokenizer` (byte-level and SentencePiece-style BPE) and `spm.SPMTo
 from __future__ import annotations
 
 import codecs
-import json
-import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import AprError, ErrorCode
@@ -40,7 +38,8 @@ Fragment = Union[str, int]
 
 
 class Tokenizer:
-    """Text <-> token ids. Build with `from_gguf_metadata` or `from_tokenizer_json`."""
+    """Text <-> token ids. Build with `apr_core.text.load` (`tokenizer_from_gguf`,
+    `tokenizer_from_json`)."""
 
     model = ""
     # Strip one leading space from the first piece after the start or a special token:
@@ -88,56 +87,6 @@ class Tokenizer:
         self._piece_cache: Dict[int, bytes] = {}
 
     # -- construction --------------------------------------------------------------------
-
-    @staticmethod
-    def from_gguf_metadata(kv: Dict[str, Any]) -> "Tokenizer":
-        """The tokenizer a GGUF file describes in its `tokenizer.ggml.*` keys."""
-        model = kv.get("tokenizer.ggml.model")
-        if model in ("gpt2", "gemma4", "llama"):
-            if model == "llama":
-                from .spm import SPMTokenizer as cls
-            else:
-                from .bpe import BPETokenizer as cls  # type: ignore[no-redef]
-            try:
-                return cls.from_gguf(kv)
-            except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
-                raise AprError(ErrorCode.FORMAT, "malformed GGUF tokenizer metadata",
-                               model=model, error=repr(exc)[:200]) from exc
-        if model is None:
-            raise AprError(ErrorCode.NOT_FOUND, "GGUF metadata has no tokenizer.ggml.model")
-        raise AprError(ErrorCode.UNSUPPORTED, "unsupported tokenizer model type", model=model,
-                       supported="gpt2, gemma4, llama")
-
-    @staticmethod
-    def from_tokenizer_json(path_or_dict: Any,
-                            tokenizer_config: Optional[Dict[str, Any]] = None) -> "Tokenizer":
-        """A HF `tokenizer.json` (path, directory holding it, or parsed dict).
-
-        `tokenizer_config` (tokenizer_config.json) may override BOS/EOS ids and policy and
-        supplies the chat template; for a path it is read from beside the file if present.
-        """
-        data = path_or_dict
-        if not isinstance(data, dict):
-            path = os.fspath(data)
-            if os.path.isdir(path):
-                path = os.path.join(path, "tokenizer.json")
-            data = _read_json(path)
-            config_path = os.path.join(os.path.dirname(path), "tokenizer_config.json")
-            if tokenizer_config is None and os.path.isfile(config_path):
-                tokenizer_config = _read_json(config_path)
-        model = data.get("model") if isinstance(data, dict) else None
-        kind = model.get("type") if isinstance(model, dict) else None
-        if kind is None and isinstance(model, dict) and "merges" in model:
-            kind = "BPE"        # old files leave the type out
-        if kind != "BPE":
-            raise AprError(ErrorCode.UNSUPPORTED, "unsupported tokenizer.json model type",
-                           model=kind, supported="BPE")
-        from .bpe import BPETokenizer
-        try:
-            return BPETokenizer.from_hf(data, tokenizer_config or {})
-        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
-            raise AprError(ErrorCode.FORMAT, "malformed tokenizer.json",
-                           error=repr(exc)[:200]) from exc
 
     @staticmethod
     def gguf_common(kv: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str, Any]:
@@ -314,21 +263,6 @@ class StreamingDetokenizer:
         self._decoder.reset()
         self._after_special = True
         return text
-
-
-def _read_json(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise AprError(ErrorCode.IO, "cannot read tokenizer file", path=path,
-                       error=str(exc)) from exc
-    except ValueError as exc:
-        raise AprError(ErrorCode.FORMAT, "tokenizer file is not valid JSON", path=path,
-                       error=str(exc)) from exc
-    if not isinstance(data, dict):
-        raise AprError(ErrorCode.FORMAT, "tokenizer file is not a JSON object", path=path)
-    return data
 
 
 def _valid_text(text: str) -> str:

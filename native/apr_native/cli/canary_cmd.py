@@ -24,6 +24,7 @@ import time
 from typing import Any, Dict, List
 
 from apr_core.errors import AprError, ErrorCode
+from apr_core.json_files import read_json_file
 from apr_core.formats.open import open_model
 from apr_core.stats import logical_tensors, tensor_stats, tensor_values
 
@@ -124,14 +125,8 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def _load_canary(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise AprError(ErrorCode.IO, "no such canary file", path=path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AprError(ErrorCode.FORMAT, "canary file is not JSON: {}".format(exc), path=path)
-    if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict):
+    data = read_json_file(path, "canary file")
+    if not isinstance(data.get("tensors"), dict):
         raise AprError(ErrorCode.FORMAT, "canary file has no tensors table", path=path)
     return data
 

@@ -8,11 +8,11 @@ otherwise each name on its own, and names no map knows stay as they are.
 """
 from __future__ import annotations
 
-import json
 from typing import Dict, List, Optional, Tuple
 
 from apr_core import name_maps
 from apr_core.errors import AprError, ErrorCode
+from apr_core.json_files import read_json_file
 
 
 def canonical_names(names: List[str]) -> Dict[str, str]:
@@ -36,16 +36,8 @@ def canonical(name: str) -> str:
 
 def load_mapping(path: str) -> Dict[str, str]:
     """A user's JSON mapping {name in A: name in B}."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            mapping = json.load(handle)
-    except OSError as exc:
-        raise AprError(ErrorCode.IO, "cannot read the tensor mapping", path=path,
-                       reason=exc.strerror)
-    except ValueError as exc:
-        raise AprError(ErrorCode.FORMAT, "tensor mapping is not valid JSON", path=path,
-                       reason=str(exc))
-    if not isinstance(mapping, dict) or not all(
+    mapping = read_json_file(path, "tensor mapping")
+    if not all(
             isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
         raise AprError(ErrorCode.FORMAT, "tensor mapping must be a JSON object of names",
                        path=path)
