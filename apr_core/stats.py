@@ -112,7 +112,7 @@ class Finding(NamedTuple):
 
 def logical_tensors(model: ModelFile) -> List[LazyTensor]:
     """The model's tensors as the APR hub sees them (packed SafeTensors blocks restored)."""
-    from .formats.convert import apr_metadata, unpack_tensors
+    from .formats.logical import apr_metadata, unpack_tensors
     return unpack_tensors(model, apr_metadata(model))
 
 

@@ -58,7 +58,7 @@ window.wllamaReady = true;
 
 def native_apr(path: str, tokens: int) -> dict:
     """apr on CPython with the kernel backend `apr run` would pick (numba when installed)."""
-    from apr_core.generate import generate_step
+    from apr_core.runtime.generate import generate_step
     from apr_native.engine import Engine
     engine = Engine.load(path)
     model, backend = engine.model, engine.backend

@@ -27,7 +27,7 @@ def main() -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
     from apr_native.real_models import locate
-    from apr_core.generate import generate
+    from apr_core.runtime.generate import generate
     from apr_native.engine import Engine, EngineOptions
     path = str(locate(args.model))
     prompt = [1, 504, 3458, 282, 4649, 314, 28, 253]

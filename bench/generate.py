@@ -102,7 +102,7 @@ def torch_runner(path, name):
 
 
 def bench_model(name, args):
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     from apr_native.real_models import locate
     path = str(locate(name))
     ids = TextModel.load(path).prompt_ids(PROMPT, chat=True)[:args.prompt]

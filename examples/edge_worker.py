@@ -45,7 +45,7 @@ def load_model(data: bytes, dequantize: bool = True) -> Any:
     """
     from apr_core.formats.open import open_model
     from apr_core.model.transformer import Transformer
-    from apr_core.pipeline import TextModel, tokenizer_for
+    from apr_core.runtime.text_model import TextModel, tokenizer_for
     with open_model(BytesSource(data, "<request model>")) as model_file:
         transformer = Transformer.from_model_file(model_file, dequantize_at_load=dequantize)
         return TextModel(transformer, tokenizer_for(model_file))
@@ -64,7 +64,7 @@ def _model(path: str) -> Any:
 
 def handle(request: Dict[str, Any]) -> Dict[str, Any]:
     """Answer one generation request (see the module docstring for the fields)."""
-    from apr_core.sampling import SamplerConfig
+    from apr_core.runtime.sampling import SamplerConfig
     if not isinstance(request.get("model"), str):
         raise AprError(ErrorCode.ARGUMENT, "request needs 'model' (a path)")
     model = _model(request["model"])

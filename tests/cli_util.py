@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 
 
 def apr(*args, env=None):
@@ -54,7 +54,7 @@ _DEMO = {}
 
 @pytest.fixture(scope="session")
 def demo_files(smollm2_gguf, tmp_path_factory):
-    """The demo GGUF and its conversions by apr_core.formats.convert: APR, APR+LZ4,
+    """The demo GGUF and its conversions by apr_core.conversion.convert: APR, APR+LZ4,
     SafeTensors (block types packed as U8 + record) and SafeTensors dequantized to F32."""
     if smollm2_gguf not in _DEMO:
         _DEMO[smollm2_gguf] = _convert(smollm2_gguf, tmp_path_factory.mktemp("demo_formats"))

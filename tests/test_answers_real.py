@@ -21,7 +21,7 @@ def apr_run(model, prompt, max_tokens):
 
 @pytest.fixture(scope="module")
 def demo_apr(smollm2_gguf, tmp_path_factory):
-    from apr_core.formats.convert import convert
+    from apr_core.conversion.convert import convert
     path = str(tmp_path_factory.mktemp("demo") / "smollm2.apr")
     convert(smollm2_gguf, path, compression="lz4")
     return path
@@ -29,7 +29,7 @@ def demo_apr(smollm2_gguf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def qwen_apr(qwen_gguf, tmp_path_factory):
-    from apr_core.formats.convert import convert
+    from apr_core.conversion.convert import convert
     path = str(tmp_path_factory.mktemp("qwen") / "qwen.apr")
     convert(qwen_gguf, path)
     return path
@@ -58,7 +58,7 @@ def test_demo_name_resolves(smollm2_gguf):
 
 @pytest.fixture(scope="module")
 def demo_model(smollm2_gguf):
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     return TextModel.load(smollm2_gguf)
 
 

@@ -185,7 +185,7 @@ def test_flip_every_byte_of_signed_v1_is_e006():
 
 def test_open_model_and_convert_to_v2_carry_metadata(tmp_path):
     from apr_core.formats.apr2 import read_apr2
-    from apr_core.formats.convert import convert
+    from apr_core.conversion.convert import convert
     card = {"name": "tiny", "version": "1.0", "license": "MIT", "metrics": {"acc": 0.5}}
     src = tmp_path / "v1.apr"
     write_apr1(src, PAYLOAD, "RANDOM_FOREST", card, "lz4")

@@ -1,19 +1,19 @@
-"""apr_core.batching on tiny synthetic models (numpy kernels; also runs on Python 3.8):
+"""apr_core.runtime.batching on tiny synthetic models (numpy kernels; also runs on Python 3.8):
 the block pool's accounting and prefix index, a batch step equal to running each
 sequence alone, and the scheduler's admission, preemption, forking and cancellation."""
 import numpy as np
 import pytest
 
-from apr_core.batching.batch_kv import BatchKV
-from apr_core.batching.paged_kv import BlockPool, block_bytes
-from apr_core.batching.request import (ErrorEvent, FinishEvent, GenerationRequest,
+from apr_core.runtime.batching.batch_kv import BatchKV
+from apr_core.runtime.batching.paged_kv import BlockPool, block_bytes
+from apr_core.runtime.batching.request import (ErrorEvent, FinishEvent, GenerationRequest,
                                        TokenConstraint, TokenEvent)
-from apr_core.batching.scheduler import Scheduler
-from apr_core.batching.session import PagedSession
+from apr_core.runtime.batching.scheduler import Scheduler
+from apr_core.runtime.batching.session import PagedSession
 from apr_core.errors import AprError, ErrorCode
-from apr_core.generate import generate
+from apr_core.runtime.generate import generate
 from apr_core.model import Transformer
-from apr_core.sampling import SamplerConfig
+from apr_core.runtime.sampling import SamplerConfig
 from synthetic_models import write_gguf_model
 
 

@@ -5,12 +5,12 @@ the reported logprobs are the log-softmax of the logits a plain session computes
 import numpy as np
 import pytest
 
-from apr_core.batching.paged_kv import BlockPool
-from apr_core.batching.request import FinishEvent, GenerationRequest, TokenEvent
-from apr_core.batching.scheduler import Scheduler
-from apr_core.batching.sequence import log_softmax
+from apr_core.runtime.batching.paged_kv import BlockPool
+from apr_core.runtime.batching.request import FinishEvent, GenerationRequest, TokenEvent
+from apr_core.runtime.batching.scheduler import Scheduler
+from apr_core.runtime.batching.sequence import log_softmax
 from apr_core.errors import AprError, ErrorCode
-from apr_core.sampling import SamplerConfig
+from apr_core.runtime.sampling import SamplerConfig
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 

@@ -20,7 +20,7 @@ MAX_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def demo_model(smollm2_gguf):
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     return TextModel.load(smollm2_gguf)
 
 

@@ -30,7 +30,7 @@ from apr_core import dtypes
 from apr_core.formats import flags as F
 from apr_core.formats.apr2 import write_apr2
 from apr_core.formats.apr2_layout import FOOTER_MAGIC, HEADER_SIZE, Footer, Header, MAGIC
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.shards import write_sharded
 from apr_core.quant import quantize
 from apr_core.tensor import RawTensor

@@ -158,7 +158,7 @@ def test_gguf_quantized_vs_f32_reports_quantization_drift(tmp_path):
 def test_hf_directory_vs_its_gguf_export_is_identical(tmp_path, family, extra):
     """llama.cpp's layout (LLaMA's permuted Q/K rows, Gemma's norm offset, GPT-2's
     transposed Conv1D weights) is undone by laying the HF side out the same way."""
-    from apr_core.formats.convert import convert
+    from apr_core.conversion.convert import convert
     from synthetic_models import write_hf_model
     hf = tmp_path / "hf"
     write_hf_model(hf, family, **extra)

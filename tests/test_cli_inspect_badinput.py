@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from cli_util import apr
 from synthetic_models import write_gguf_model
 

@@ -31,7 +31,7 @@ def test_demo_model_is_the_smollm2_variant(smollm2_gguf):
 
 def _without(src, out, drop=None, reshape=None):
     with open_model(src) as model:
-        from apr_core.formats.convert import apr_metadata
+        from apr_core.formats.logical import apr_metadata
         raws = []
         for name in model.tensors:
             raw = model.read_raw(name)

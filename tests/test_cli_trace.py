@@ -39,7 +39,7 @@ def corrupt_gguf(smollm2_gguf, tmp_path_factory):
 
 
 def test_trace_steps_are_the_runtimes_hidden_states(smollm2_gguf):
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     from apr_core.trace import trace
     code, report = apr_json("trace", smollm2_gguf, PROMPT, "--backend", "numpy")
     assert code == 0

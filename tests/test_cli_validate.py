@@ -6,7 +6,7 @@ import pytest
 
 from apr_core import dtypes
 from apr_core.formats.apr2 import write_apr2
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.safetensors import write_safetensors
 from apr_core.quant import quantize
 from apr_core.tensor import RawTensor

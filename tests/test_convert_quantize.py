@@ -15,9 +15,9 @@ import pytest
 
 from apr_core import dtypes
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.gguf import gguf_kv_block, read_gguf, write_gguf
-from apr_core.quant.quality import QualityReport
+from apr_core.conversion.quality import QualityReport
 from apr_core.quant.recipes import gguf_name, plan
 from apr_core.tensor import LazyTensor
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.open import open_model
 
 gguf = pytest.importorskip("gguf")

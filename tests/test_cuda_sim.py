@@ -109,7 +109,7 @@ def case_greedy_tiny_model():
     import tempfile
     sys.path.insert(0, HERE)
     from synthetic_models import write_gguf_model
-    from apr_core.generate import generate
+    from apr_core.runtime.generate import generate
     from apr_core.model import Transformer
     from apr_native import backends
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.perplexity import perplexity, token_nll
+from apr_core.runtime.perplexity import perplexity, token_nll
 from cli_util import apr, apr_json
 
 ZEN = "".join(this.d.get(c, c) for c in this.s)
@@ -24,7 +24,7 @@ def zen_file(tmp_path_factory):
 
 
 def _reference_nll(logits, targets):
-    """log-softmax the plain way (float64), independent of apr_core.perplexity."""
+    """log-softmax the plain way (float64), independent of apr_core.runtime.perplexity."""
     out = []
     for row, target in zip(np.asarray(logits, np.float64), targets):
         out.append(math.log(np.exp(row - row.max()).sum()) + row.max() - row[target])
@@ -90,7 +90,7 @@ def test_perplexity_matches_llama_cpp_on_smollm2(smollm2_gguf, zen_file):
     difference of its row (log-softmax moves no more than that), and the CLI reports
     exactly what the function computes."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     model = TextModel.load(smollm2_gguf, dequantize_at_load=True)
     tokenizer = model.tokenizer
     ids = tokenizer.encode(ZEN * 2, add_special=True, parse_special=False)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.gguf import gguf_kv_block, read_gguf
 
 pytestmark = [pytest.mark.oracle]
@@ -232,7 +232,7 @@ def test_q4_k_m_equals_llama_quantize_and_runs(hf_model, f32_gguf, tmp_path):
 def test_apr_keeps_the_directory_and_exports_the_same_gguf(hf_model, f32_gguf, tmp_path):
     """HF dir -> APR carries config and tokenizer: the runtime runs it, and APR -> GGUF
     gives the same tensors and keys as the direct export."""
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     _, directory, model = hf_model
     apr = str(tmp_path / "model.apr")
     convert(directory, apr, compression="lz4")

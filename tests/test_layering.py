@@ -16,7 +16,7 @@ FORMAT_LAYER = [
     "apr_core.formats.detect", "apr_core.formats.open", "apr_core.formats.apr2",
     "apr_core.formats.shards", "apr_core.formats.gguf", "apr_core.formats.safetensors",
     "apr_core.formats.safetensors_index", "apr_core.formats.metadata",
-    "apr_core.formats.convert",
+    "apr_core.conversion.convert",
 ]
 
 SCRIPT = """
@@ -33,7 +33,7 @@ t = RawTensor("w", dtypes.BY_NAME["F32"], (2, 3), bytes(range(24)))
 data = write_apr2_bytes([t], {{"model_type": "test"}}, compression="lz4")
 assert read_apr2(data).read_raw("w").data == t.data
 import os, tempfile
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.gguf import write_gguf
 with tempfile.TemporaryDirectory() as tmp:
     write_gguf(os.path.join(tmp, "m.gguf"), [t], {{"general.architecture": "test"}})

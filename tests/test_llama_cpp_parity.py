@@ -61,7 +61,7 @@ def apr_greedy(model, ids, steps):
 
 @pytest.mark.parametrize("name", ["smollm2", "qwen"])
 def test_greedy_tokens_match_llama_cpp(name, request):
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     path = request.getfixturevalue("smollm2_gguf" if name == "smollm2" else "qwen_gguf")
     model = TextModel.load(path)
     assert model.transformer.memory_report()["dense_bytes"] == 0   # the default runtime

@@ -31,7 +31,7 @@ w = np.frombuffer(quantize(np.ones((64, 64), np.float32), q4), np.uint8)
 cpu.numba_matmul(w, q4, (64, 64), np.ones((1, 64), np.float32), 1 << 20)
 cpu.numba_matmul(w, q4, (64, 64), np.ones((8, 64), np.float32), 1 << 20)
 if len(sys.argv) > 1:
-    from apr_core.generate import generate
+    from apr_core.runtime.generate import generate
     from apr_core.model import Transformer
     from apr_native.mmap_source import open_mmap
     model = Transformer.from_path(sys.argv[1], opener=open_mmap, kernels=kernels)

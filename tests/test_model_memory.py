@@ -25,7 +25,7 @@ import apr_core
 np.ones((64, 64), np.float32) @ np.ones((64, 8), np.float32)
 if len(sys.argv) > 1:
     from apr_core.model import Transformer
-    from apr_core.generate import generate
+    from apr_core.runtime.generate import generate
     model = Transformer.from_path(sys.argv[1])
     assert model.memory_report()["dense_bytes"] == 0
     assert len(generate(model, [1, 504, 3458, 282, 4649], max_tokens=8)) == 8

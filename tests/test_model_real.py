@@ -53,7 +53,7 @@ def test_smollm2_logits_match_transformers_gguf_loader(smollm2, smollm2_hf):
 @pytest.mark.oracle
 def test_smollm2_greedy_generation_matches_transformers(smollm2, smollm2_hf):
     import torch
-    from apr_core.generate import generate
+    from apr_core.runtime.generate import generate
     with torch.no_grad():
         out = smollm2_hf.generate(torch.tensor([SMOL_IDS]), max_new_tokens=8, do_sample=False)
     assert generate(smollm2, SMOL_IDS, max_tokens=8) == out[0, len(SMOL_IDS):].tolist()

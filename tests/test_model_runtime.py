@@ -6,15 +6,15 @@ import pytest
 
 from apr_core import dtypes
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.open import open_model
-from apr_core.generate import generate, generate_step
+from apr_core.runtime.generate import generate, generate_step
 from apr_core.model import Transformer
 from apr_core.model.config import RopeScaling
 from apr_core.model.layers import Rope, attention
 from apr_core.model.weights import Linear
 from apr_core.quant import dequantize, quantize, registry
-from apr_core.sampling import Sampler, SamplerConfig
+from apr_core.runtime.sampling import Sampler, SamplerConfig
 from synthetic_models import write_gguf_model, write_hf_model
 
 PROMPT = [3, 17, 60, 45, 9, 12, 37, 5, 50, 61]

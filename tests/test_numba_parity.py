@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("numba")
 
 from apr_core.model import Transformer                           # noqa: E402
-from apr_core.pipeline import TextModel                          # noqa: E402
+from apr_core.runtime.text_model import TextModel                          # noqa: E402
 from apr_native import backends                                  # noqa: E402
 from apr_native.mmap_source import open_mmap                     # noqa: E402
 

@@ -6,7 +6,7 @@ import pytest
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.quant import quantize
-from apr_core.quant.quality import QualityReport, check_values, measure, validate
+from apr_core.conversion.quality import QualityReport, check_values, measure, validate
 
 
 def test_exact_in_q8_0_gives_zero_error():

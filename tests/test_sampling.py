@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from apr_core.errors import AprError
-from apr_core.sampling import (Sampler, SamplerConfig, apply_penalties, greedy, min_p_filter,
+from apr_core.runtime.sampling import (Sampler, SamplerConfig, apply_penalties, greedy, min_p_filter,
                                softmax, tail_free_filter, top_k_filter, top_p_filter,
                                typical_filter)
 

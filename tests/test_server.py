@@ -127,7 +127,7 @@ def test_models_list(server):
 
 
 def test_embeddings_are_mean_pooled_hidden_states(server, smollm2_gguf):
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.text_model import TextModel
     model = TextModel.load(smollm2_gguf, dequantize_at_load=True)
     texts = ["Paris is in France.", "hello"]
     reply = server.client().embeddings.create(model="demo", input=texts)  # base64 on the wire

@@ -160,7 +160,7 @@ def test_json_object_mode(server):
 
 
 def test_logprobs_are_the_log_softmax_of_the_engine_logits(server, local):
-    from apr_core.batching.sequence import log_softmax
+    from apr_core.runtime.batching.sequence import log_softmax
     question = "Which planet is known as the red planet? ({})".format(time.time())
     reply = ask(server.client(), question, max_tokens=8, temperature=0, logprobs=True,
                 top_logprobs=5)

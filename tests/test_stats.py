@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from apr_core import stats as st
-from apr_core.quant.quality import EXPECTED_MEANS, check_values
+from apr_core.conversion.quality import EXPECTED_MEANS, check_values
 
 
 def test_stats_match_numpy_float64_across_chunks():

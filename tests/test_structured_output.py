@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from apr_core.batching.request import FinishEvent, GenerationRequest, TokenEvent
+from apr_core.runtime.batching.request import FinishEvent, GenerationRequest, TokenEvent
 from apr_core.errors import AprError, ErrorCode
-from apr_core.sampling import SamplerConfig
+from apr_core.runtime.sampling import SamplerConfig
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 

@@ -147,5 +147,5 @@ def test_lowrank_model_round_trip():
 
 
 def _bytes(view):
-    from apr_core.formats.convert import apr_metadata
+    from apr_core.formats.logical import apr_metadata
     return write_apr2_bytes(view.lazy_tensors(), apr_metadata(view))

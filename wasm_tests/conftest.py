@@ -86,8 +86,8 @@ def native(smollm2_path):
 def _native_reference(smollm2_path):
     import numpy as np
     from apr_core.formats.open import open_model
-    from apr_core.generate import generate_step
-    from apr_core.pipeline import TextModel
+    from apr_core.runtime.generate import generate_step
+    from apr_core.runtime.text_model import TextModel
     from apr_core.quant.api import dequantize_raw
     with open_model(smollm2_path) as gguf:
         digests = {name: hashlib.sha256(np.ascontiguousarray(
@@ -104,7 +104,7 @@ def _native_reference(smollm2_path):
 
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory, smollm2_path):
-    from apr_core.formats.convert import convert
+    from apr_core.conversion.convert import convert
     from apr_core.formats.open import open_model
     from apr_core.formats.apr2_writer import write_apr2
     from apr_core.formats.shards import write_sharded

@@ -36,7 +36,7 @@ def factorize(w: np.ndarray, rank: int) -> Tuple[np.ndarray, np.ndarray]:
 
 def lowrank_model(model: ModelFile, rank: int, target: Optional[str] = None) -> ModelView:
     """A view with every (selected) 2-D weight matrix that shrinks stored as two factors."""
-    from ..formats.convert import apr_metadata
+    from ..formats.logical import apr_metadata
     if rank < 1:
         raise AprError(ErrorCode.ARGUMENT, "rank must be at least 1", rank=rank)
     out: List[Any] = []
@@ -70,7 +70,7 @@ def lowrank_model(model: ModelFile, rank: int, target: Optional[str] = None) -> 
 
 def expand_model(model: ModelFile) -> ModelView:
     """A view with every factorized matrix rebuilt as a @ b (F32), factors removed."""
-    from ..formats.convert import apr_metadata
+    from ..formats.logical import apr_metadata
     meta = apr_metadata(model)
     record = meta.pop(KEY, None) or {}
     factors = {entry["a"] for entry in record.values()} | {e["b"] for e in record.values()}

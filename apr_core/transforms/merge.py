@@ -152,7 +152,7 @@ def merge_models(models: Sequence[ModelFile], strategy: str, *,
                                 density=density, lam=lam, t=t,
                                 rng=np.random.RandomState((seed + index) % (1 << 32)))
         out.append(derived(name, storage_type(info.dtype, info.shape), info.shape, compute))
-    from ..formats.convert import apr_metadata
+    from ..formats.logical import apr_metadata
     meta = apr_metadata(models[0])
     meta["merge"] = {"strategy": strategy, "models": len(models),
                      "weights": None if weights is None else [float(w) for w in weights],

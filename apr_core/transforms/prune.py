@@ -40,7 +40,7 @@ def prune_values(values: np.ndarray, fraction: Optional[float] = None,
 def prune_model(model: ModelFile, fraction: Optional[float] = None,
                 threshold: Optional[float] = None, target: Optional[str] = None) -> ModelView:
     """A lazy view of `model` with its weight matrices pruned (`target`: a glob on names)."""
-    from ..formats.convert import apr_metadata
+    from ..formats.logical import apr_metadata
     if fraction is None and threshold is None:
         raise AprError(ErrorCode.ARGUMENT, "pruning needs a fraction or a threshold")
     out: List[Any] = []

@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence
 
-from apr_core.batching.paged_kv import DEFAULT_BLOCK_SIZE, BlockPool
-from apr_core.batching.request import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
-from apr_core.batching.scheduler import DEFAULT_MAX_BATCH, DEFAULT_STEP_TOKENS, Scheduler
-from apr_core.batching.session import PagedSession
+from apr_core.runtime.batching.paged_kv import DEFAULT_BLOCK_SIZE, BlockPool
+from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
+from apr_core.runtime.batching.scheduler import DEFAULT_MAX_BATCH, DEFAULT_STEP_TOKENS, Scheduler
+from apr_core.runtime.batching.session import PagedSession
 from apr_core.errors import AprError, ErrorCode
-from apr_core.pipeline import Generation, Piece, TextModel
-from apr_core.sampling import SamplerConfig
+from apr_core.runtime.text_model import Generation, Piece, TextModel
+from apr_core.runtime.sampling import SamplerConfig
 
 from . import backends
 

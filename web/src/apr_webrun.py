@@ -31,7 +31,7 @@ async def load(url: str, dequantize: Optional[bool] = None,
             await source.fill_all()  # one read per file: the loader then never waits
         try:
             from apr_core.model.transformer import Transformer
-            from apr_core.pipeline import TextModel, tokenizer_for
+            from apr_core.runtime.text_model import TextModel, tokenizer_for
         except ImportError:
             return json.dumps({"error": {"code": "numpy", "message": "generation needs numpy: "
                                          "use Pyodide 0.17, or an indexURL that serves numpy"}})
@@ -55,7 +55,7 @@ async def load(url: str, dequantize: Optional[bool] = None,
 def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0) -> str:
     """Answer a conversation, emitting a `token` event per piece as it is generated."""
     import time
-    from apr_core.sampling import SamplerConfig
+    from apr_core.runtime.sampling import SamplerConfig
     try:
         text_model = _state["model"]
         ids = text_model.chat_ids(json.loads(messages_json))
@@ -91,7 +91,7 @@ def logits(ids_json: str) -> str:
 def greedy(ids_json: str, count: int) -> str:
     """`count` greedy tokens after the given ids (no stop tokens), with decode timing."""
     import time
-    from apr_core.generate import generate_step
+    from apr_core.runtime.generate import generate_step
     try:
         steps = generate_step(_state["model"].transformer, json.loads(ids_json),
                               max_tokens=int(count))
@@ -111,7 +111,7 @@ def profile_decode(ids_json: str, count: int, top: int = 12) -> str:
     own time as [name, calls, own seconds, cumulative seconds] (bench/browser.py prints it)."""
     import cProfile
     import pstats
-    from apr_core.generate import generate_step
+    from apr_core.runtime.generate import generate_step
     try:
         profiler = cProfile.Profile()
         profiler.enable()

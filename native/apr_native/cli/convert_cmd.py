@@ -14,8 +14,8 @@ import time
 from typing import Any, Optional
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import convert
-from apr_core.quant.quality import QualityReport
+from apr_core.conversion.convert import convert
+from apr_core.conversion.quality import QualityReport
 
 from ..config import wants_json
 from .common import check_output, emit_json, parse_size, resolve_model
@@ -43,7 +43,7 @@ def transformed(args: argparse.Namespace, path: str) -> Optional[Any]:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from apr_core.formats.convert_quant import PRECISIONS
+    from apr_core.conversion.retype import PRECISIONS
     if args.quantize and args.quantize.lower() in PRECISIONS and not args.precision:
         # `--quantize fp16` (seed 000 §4.8.1) is a precision, not a quantization
         args.precision, args.quantize = args.quantize.lower(), None

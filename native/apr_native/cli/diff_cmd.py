@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from apr_core import stats as st
 from apr_core.formats.open import open_model
-from apr_core.quant.quality import measure
+from apr_core.conversion.quality import measure
 from apr_core.tensor import ModelFile
 
 from . import model_info

@@ -1,5 +1,5 @@
 """`apr eval MODEL --dataset TEXT_FILE`: perplexity, computed as llama.cpp's
-`llama-perplexity` computes it (`apr_core.perplexity`: chunks of `--ctx` tokens, the
+`llama-perplexity` computes it (`apr_core.runtime.perplexity`: chunks of `--ctx` tokens, the
 second half of each scored), so the two numbers can be compared.
 
 Datasets are never downloaded: `--dataset` is a local text file (for WikiText-2, the
@@ -31,7 +31,7 @@ def _read_text(path: str) -> str:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from apr_core.perplexity import perplexity
+    from apr_core.runtime.perplexity import perplexity
     from .run_cmd import load
     text = _read_text(args.dataset)
     model = load(args).model

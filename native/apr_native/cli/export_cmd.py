@@ -1,6 +1,6 @@
 """`apr export MODEL --format safetensors|gguf [--quantize TYPE] -o OUT`.
 
-Exporting is `convert()` (apr_core.formats.convert) with the target format fixed: tensors
+Exporting is `convert()` (apr_core.conversion.convert) with the target format fixed: tensors
 keep their bytes unless `--quantize`/`--precision` re-encode them, GGUF KV pairs and
 tokenizer metadata that came from a GGUF source travel back unchanged, and a Hugging Face
 source becomes a llama.cpp model (GGUF names, layouts and tokenizer keys) inside convert().
@@ -14,12 +14,12 @@ import time
 from typing import Any
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import apr_metadata, convert
+from apr_core.conversion.convert import apr_metadata, convert
 from apr_core.formats.open import open_model
 from apr_core.name_maps import architectures, name_map
 from apr_core.tensor import LazyTensor
 from apr_core.transforms.view import ModelView
-from apr_core.quant.quality import QualityReport
+from apr_core.conversion.quality import QualityReport
 
 from ..config import wants_json
 from .common import check_output, emit_json, human_bytes, resolve_model

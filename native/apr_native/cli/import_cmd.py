@@ -25,11 +25,11 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import apr_metadata, convert
+from apr_core.conversion.convert import apr_metadata, convert
 from apr_core.formats.hf_dir import hf_directory, read_side_files
 from apr_core.formats.open import open_model
 from apr_core.name_maps import architectures, detect, name_map
-from apr_core.quant.quality import QualityReport
+from apr_core.conversion.quality import QualityReport
 from apr_core.tensor import LazyTensor, ModelFile
 from apr_core.transforms.view import ModelView
 
@@ -158,7 +158,7 @@ def checked(tensor: LazyTensor, force: bool, report: QualityReport) -> LazyTenso
 
     def load() -> bytes:
         from apr_core.quant import dequantize
-        from apr_core.quant.quality import validate
+        from apr_core.conversion.quality import validate
         data = tensor.load()
         validate(tensor.name, dequantize(data, tensor.dtype, tensor.shape), force, report)
         return data

@@ -12,7 +12,7 @@ import time
 from typing import List, Optional
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import convert
+from apr_core.conversion.convert import convert
 from apr_core.formats.open import open_model
 from apr_core.transforms.merge import STRATEGIES, merge_models
 

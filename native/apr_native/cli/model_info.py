@@ -6,7 +6,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from apr_core.errors import AprError
-from apr_core.formats.convert import apr_metadata
+from apr_core.formats.logical import apr_metadata
 from apr_core.tensor import ModelFile
 
 # Top-level APR metadata keys and the GGUF `general.*` keys that say the same thing.

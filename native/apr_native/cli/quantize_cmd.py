@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterator, Optional
 
-from apr_core.formats.convert import convert
-from apr_core.quant.quality import QualityReport
+from apr_core.conversion.convert import convert
+from apr_core.conversion.quality import QualityReport
 
 from .common import emit_json, human_bytes, parse_size, quiet, resolve_model
 

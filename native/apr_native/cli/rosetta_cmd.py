@@ -23,7 +23,7 @@ import sys
 from typing import Any, Dict, List
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.formats.convert import FORMAT_BY_EXTENSION, convert
+from apr_core.conversion.convert import FORMAT_BY_EXTENSION, convert
 from apr_core.formats.open import open_model
 from apr_core.stats import logical_tensors, tensor_stats, tensor_values
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from apr_core.sampling import SamplerConfig
+from apr_core.runtime.sampling import SamplerConfig
 
 from .. import backends
 from ..engine import Engine, EngineOptions

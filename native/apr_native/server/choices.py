@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from apr_core.batching.request import FinishEvent, TokenEvent
+from apr_core.runtime.batching.request import FinishEvent, TokenEvent
 
 from .openai_format import ChoiceResult, Json, TokenLogprob, usage
 from .output_spec import OutputSpec

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
-from apr_core.batching.request import ErrorEvent, FinishEvent, GenerationRequest
+from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, GenerationRequest
 
 from ..engine import Engine, EngineOptions
 from .errors import ApiError

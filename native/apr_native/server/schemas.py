@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union, List
 
-from apr_core.batching.request import MAX_TOP_LOGPROBS
-from apr_core.sampling import SamplerConfig
+from apr_core.runtime.batching.request import MAX_TOP_LOGPROBS
+from apr_core.runtime.sampling import SamplerConfig
 
 from .fields import Json, bad, flag, integer, is_int, number, unsupported
 from .messages import chat_messages

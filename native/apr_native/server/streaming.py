@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Optional
 
 from starlette.responses import JSONResponse
 
-from apr_core.batching.request import ErrorEvent, FinishEvent, TokenEvent
+from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, TokenEvent
 from apr_core.errors import AprError
 
 from .choices import RequestTracker

@@ -12,7 +12,7 @@ from typing import Any, Callable, List, NamedTuple, Sequence
 
 import numpy as np
 
-from apr_core.batching.request import GenerationRequest
+from apr_core.runtime.batching.request import GenerationRequest
 
 from .errors import ApiError
 from .output_spec import OutputSpec

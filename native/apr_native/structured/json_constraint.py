@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from apr_core.batching.request import TokenConstraint
+from apr_core.runtime.batching.request import TokenConstraint
 from apr_core.errors import AprError, ErrorCode
 
 from .vocabulary import ll_tokenizer

@@ -3,7 +3,7 @@
 Tensors keep their bytes and dtype (no re-quantization) unless asked: GGUF quant blocks move
 into APR unchanged, shapes stay row-major, metadata travels as `metadata.py` describes.
 Tensors stream one at a time from source to destination (`ModelFile.lazy`); `quantize` /
-`precision` re-encode them inside their loaders (`convert_quant.py`), with a quality report
+`precision` re-encode them inside their loaders (`retype.py`), with a quality report
 and inline validation.
 """
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .. import dtypes
 from ..errors import AprError, ErrorCode
+from ..formats import metadata as md
+from ..formats.logical import apr_metadata, unpack_tensors
+from ..formats.open import open_model
 from ..tensor import LazyTensor, ModelFile
-from . import metadata as md
-from .open import open_model
 
 FORMAT_BY_EXTENSION = {".apr": "apr", ".gguf": "gguf", ".safetensors": "safetensors"}
 
@@ -32,44 +33,6 @@ def output_format(path: str, fmt: Optional[str] = None) -> str:
                        "cannot tell the output format from the extension (.apr, .gguf, "
                        ".safetensors)", path=path)
     return FORMAT_BY_EXTENSION[ext]
-
-
-def apr_metadata(model: ModelFile, source: Any = None) -> Dict[str, Any]:
-    """The model's metadata in APR form, whatever format it was read from. When `source`
-    is a Hugging Face model directory (or a weights file in one), its config, tokenizer and
-    generation settings come along (`hf_dir.HF_FILES`)."""
-    if model.format == "safetensors":
-        from .hf_dir import hf_directory, read_side_files
-        meta = md.from_safetensors(model.metadata)
-        directory = hf_directory(source)
-        if directory is not None:
-            for key, value in read_side_files(directory).items():
-                meta.setdefault(key, value)
-        return meta
-    if model.format == "gguf":
-        from .gguf import gguf_kv_block
-        meta = md.from_gguf(gguf_kv_block(model))
-        # APR indexes are sorted by name; remember GGUF's order so an export restores it.
-        meta["gguf"]["tensor_order"] = list(model.tensors)
-        return meta
-    return dict(model.metadata)
-
-
-def unpack_tensors(model: ModelFile, meta: Dict[str, Any]) -> List[LazyTensor]:
-    """The model's tensors, restoring block-quantized tensors a SafeTensors export packed."""
-    packed = meta.get(md.PACKED_KEY) or {}
-    out = []
-    for tensor in model.lazy_tensors():
-        record = packed.get(tensor.name)
-        if record is not None:
-            dtype = dtypes.by_name(record["dtype"])
-            shape = tuple(record["shape"])
-            if dtype.nbytes(shape) != model.info(tensor.name).nbytes:
-                raise AprError(ErrorCode.CORRUPT, "packed tensor size does not match its record",
-                               tensor=tensor.name)
-            tensor = LazyTensor(tensor.name, dtype, shape, tensor.loader)
-        out.append(tensor)
-    return out
 
 
 def _for_safetensors(tensors: List[LazyTensor], meta: Dict[str, Any],
@@ -131,7 +94,7 @@ def convert(source: Any, dest: str, fmt: Optional[str] = None, *,
             tensors = hf_to_gguf(tensors, meta)
         if quantize or precision or progress is not None:
             # numpy is needed only to re-type tensors: plain conversions stay stdlib-only.
-            from .convert_quant import RetypeOptions, retype
+            from .retype import RetypeOptions, retype
             tensors = retype(tensors, meta, RetypeOptions(
                 quantize, precision, force, keep_embeddings_q8, report, progress))
         if target == "apr":
@@ -155,14 +118,14 @@ def convert(source: Any, dest: str, fmt: Optional[str] = None, *,
 def _write_apr(dest: str, tensors: List[LazyTensor], meta: Dict[str, Any],
                compression: Optional[str], alignment: int, max_shard_size: Optional[int],
                overwrite: bool) -> None:
-    from .flags import GGUF_SRC, SAFETENSORS_SRC
+    from ..formats.flags import GGUF_SRC, SAFETENSORS_SRC
     source_flag = {"gguf": GGUF_SRC, "safetensors": SAFETENSORS_SRC}.get(
         str(meta.get("source_format")), 0)
     if max_shard_size:
-        from .shards import write_sharded
+        from ..formats.shards import write_sharded
         write_sharded(dest, tensors, meta, max_shard_size=max_shard_size, alignment=alignment,
                       compression=compression)
         return
-    from .apr2 import write_apr2
+    from ..formats.apr2 import write_apr2
     write_apr2(dest, tensors, meta, alignment=alignment, compression=compression,
                overwrite=overwrite, flags=source_flag)

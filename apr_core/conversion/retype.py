@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import AprError, ErrorCode
-from ..quant.quality import QualityReport, TensorQuality, measure, validate
+from .quality import QualityReport, TensorQuality, measure, validate
 from ..tensor import LazyTensor
 
 # Precision names (seed 000 §4.8.1 spells them fp16/fp32 too) -> float dtype.

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import AprError, ErrorCode
+from ...errors import AprError, ErrorCode
 
 DEFAULT_BLOCK_SIZE = 16
 

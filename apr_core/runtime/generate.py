@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from .errors import AprError, ErrorCode
+from ..errors import AprError, ErrorCode
 from .sampling import Sampler, SamplerConfig
 
 

@@ -13,7 +13,7 @@ from typing import Any, List, Sequence
 
 import numpy as np
 
-from ..errors import AprError, ErrorCode
+from ...errors import AprError, ErrorCode
 from .batch_kv import BatchKV
 from .paged_kv import BlockPool
 

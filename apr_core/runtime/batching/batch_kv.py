@@ -17,8 +17,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import AprError, ErrorCode
-from ..quant import registry
+from ...errors import AprError, ErrorCode
+from ...quant import registry
 from .paged_kv import BlockPool
 
 Segment = Tuple[Sequence[int], int, int]      # (block table, positions computed, new rows)

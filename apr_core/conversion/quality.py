@@ -68,7 +68,7 @@ def measure(name: str, original: np.ndarray, dtype: str, data: bytes, source_dty
 
     Sums are float64, taken over chunks of `CHUNK` elements.
     """
-    from .api import dequantize
+    from ..quant.api import dequantize
     shape = tuple(int(d) for d in original.shape)
     ref_all = np.asarray(original, dtype=np.float32).reshape(-1)      # [n]
     got_all = dequantize(data, dtype, shape).reshape(-1)              # [n]

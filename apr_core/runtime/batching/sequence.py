@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from ..sampling import Sampler
-from ..text.text_stream import TextStream
+from ...text.text_stream import TextStream
 from .request import GenerationRequest
 
 Emit = Callable[[Any], None]

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import AprError, ErrorCode
+from ..errors import AprError, ErrorCode
 
 
 @dataclass(frozen=True)

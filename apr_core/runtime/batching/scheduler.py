@@ -29,7 +29,7 @@ from typing import Any, Deque, Dict, List, Optional
 
 import numpy as np
 
-from ..errors import AprError, ErrorCode
+from ...errors import AprError, ErrorCode
 from .batch_kv import BatchKV
 from .paged_kv import BlockPool
 from .request import (MAX_TOP_LOGPROBS, ErrorEvent, FinishEvent, GenerationRequest,

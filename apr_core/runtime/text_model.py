@@ -15,13 +15,13 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
-from .errors import AprError, ErrorCode
+from ..errors import AprError, ErrorCode
 from .generate import generate_step
 from .sampling import Sampler, SamplerConfig
-from .text.chat import render_chat
-from .text.text_stream import TextStream
-from .text.tokenizer import Tokenizer
-from .text.load import tokenizer_from_gguf, tokenizer_from_json
+from ..text.chat import render_chat
+from ..text.text_stream import TextStream
+from ..text.tokenizer import Tokenizer
+from ..text.load import tokenizer_from_gguf, tokenizer_from_json
 
 
 class Piece(NamedTuple):
@@ -96,8 +96,8 @@ class TextModel:
 
         `opener(path)` opens the file (default `open_model`; apr_native passes its mmap
         loader); `kernels` the backend's `registry.Kernels` (default numpy's)."""
-        from .formats.open import open_model
-        from .model.transformer import Transformer, read_hf_config
+        from ..formats.open import open_model
+        from ..model.transformer import Transformer, read_hf_config
         hf_config = read_hf_config(path) if os.path.isdir(path) else None
         with (opener or open_model)(path) as model_file:
             transformer = Transformer.from_model_file(model_file, dequantize_at_load, hf_config,

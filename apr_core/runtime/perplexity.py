@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .errors import AprError, ErrorCode
+from ..errors import AprError, ErrorCode
 
 
 def token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
