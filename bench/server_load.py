@@ -25,11 +25,8 @@ import asyncio
 import importlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +35,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "native"))
 
 import httpx    # noqa: E402  (after the path setup, like the other benches)
 import openai   # noqa: E402
-import psutil   # noqa: E402
+
+from server_process import RssSampler, ServerFailed, free_port, log_tail, start  # noqa: E402
 
 PROMPT = "Count from {} to {}, separated by commas."
 APR = [sys.executable, "-c", "import sys; from apr_native.cli.main import main; "
@@ -46,68 +44,9 @@ APR = [sys.executable, "-c", "import sys; from apr_native.cli.main import main; 
 SERVERS = ("apr", "llama-server", "llama-cpp-python")
 
 
-class ServerFailed(Exception):
-    """A server that exited or never became ready: its peer is reported, the run goes on."""
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def apr_env(args):
     # the peers' thread counts are flags; apr's numba kernels take theirs from APR_THREADS
     return dict(os.environ, APR_QUIET="1", APR_THREADS=str(args.threads))
-
-
-class RssSampler(threading.Thread):
-    """Peak resident memory of a process (and its children), sampled every 100 ms."""
-
-    def __init__(self, pid):
-        super().__init__(daemon=True)
-        self.process = psutil.Process(pid)
-        self.peak = 0
-        self.running = True
-
-    def rss(self):
-        try:
-            procs = [self.process] + self.process.children(recursive=True)
-            return sum(p.memory_info().rss for p in procs)
-        except psutil.Error:
-            return 0
-
-    def run(self):
-        while self.running:
-            self.peak = max(self.peak, self.rss())
-            time.sleep(0.1)
-
-
-def log_tail(log, lines=5):
-    log.seek(0)
-    return "\n".join(log.read().decode(errors="replace").splitlines()[-lines:])
-
-
-def start(command, port, ready_path, timeout, env):
-    # A file, not a pipe: a chatty server (llama.cpp logs every request) must never block
-    # on a full pipe nobody reads.
-    log = tempfile.TemporaryFile()
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = "http://127.0.0.1:{}".format(port)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ServerFailed("exited ({}) before ready:\n{}".format(
-                process.returncode, log_tail(log, 20)))
-        try:    # llama-server answers 503 while it loads the model
-            if httpx.get(base + ready_path, timeout=5).status_code == 200:
-                return process, base, log
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    process.wait()
-    raise ServerFailed("not ready after {}s:\n{}".format(timeout, log_tail(log, 20)))
 
 
 async def one_stream(client, model, question, max_tokens, t0):

@@ -101,12 +101,12 @@ def convert(source: Any, dest: str, fmt: Optional[str] = None, *,
             meta.pop(md.PACKED_KEY, None)
             _write_apr(dest, tensors, meta, compression, alignment, max_shard_size, overwrite)
         elif target == "gguf":
-            from .gguf import write_gguf
+            from ..formats.gguf import write_gguf
             kv, types, gguf_alignment = md.to_gguf(meta)
             tensors = md.gguf_tensor_order(meta, tensors)
             write_gguf(dest, tensors, kv, types, alignment=gguf_alignment, overwrite=overwrite)
         else:
-            from .safetensors import write_safetensors
+            from ..formats.safetensors import write_safetensors
             tensors = _for_safetensors(tensors, meta, dequantize)
             write_safetensors(dest, tensors, md.to_safetensors(meta), overwrite=overwrite)
     finally:
