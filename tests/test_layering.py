@@ -18,7 +18,9 @@ SHELL = os.path.join("web", "src")            # the browser shell's Python modul
 # lower one, never of a higher one. The longest matching prefix decides a module's layer.
 LAYERS = [
     ("base", ["apr_core", "apr_core.errors", "apr_core.dtypes", "apr_core.io",
-              "apr_core.tensor", "apr_core.atomic", "apr_core.json_files", "apr_core.codecs",
+              "apr_core.tensor", "apr_core.atomic", "apr_core.json_files", "apr_core.hparams",
+              "apr_core.integrity",
+              "apr_core.codecs",
               "apr_core.crypto"]),
     ("formats", ["apr_core.formats"]),           # read and write, no conversion
     ("quant", ["apr_core.quant"]),

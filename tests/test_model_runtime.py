@@ -255,3 +255,26 @@ def test_seeded_sampling_is_reproducible(gguf_q8):
         return generate(model, PROMPT[:3], sampler, max_tokens=8)
     assert run(7) == run(7)
     assert any(run(7) != run(s) for s in (8, 9, 10))
+
+
+def test_the_generator_reports_why_it_stopped(gguf_q8):
+    """generate_step returns "eos" or "length" (StopIteration.value); TextModel.generate
+    passes it on as "stop" / "length" instead of guessing from the token count."""
+    model = Transformer.from_path(gguf_q8)
+
+    def run(**kwargs):
+        steps, tokens = generate_step(model, [1, 2, 3], **kwargs), []
+        try:
+            while True:
+                tokens.append(next(steps))
+        except StopIteration as done:
+            return tokens, done.value
+    greedy, why = run(max_tokens=12)
+    assert len(greedy) == 12 and why == "length"
+    assert run(max_tokens=0) == ([], "length")
+    assert run(max_tokens=4, stop_ids=[greedy[0]]) == ([], "eos")
+    # a token first sampled at step k > 0, as the stop id: EOS after k tokens, even with
+    # max_tokens == k + 1, but "length" when the limit comes first
+    k = next(i for i, t in enumerate(greedy) if i and t not in greedy[:i])
+    assert run(max_tokens=k + 1, stop_ids=[greedy[k]]) == (greedy[:k], "eos")
+    assert run(max_tokens=k, stop_ids=[greedy[k]]) == (greedy[:k], "length")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
+from .. import hparams
 from ..errors import AprError, ErrorCode
 
 T = TypeVar("T")
@@ -20,20 +21,8 @@ APR_VERSION = "2.0.0"
 ST_APR_KEY = "apr.metadata"
 PACKED_KEY = "packed_tensors"
 
-# THE table of architecture keys: APR "architecture" key -> GGUF key suffix after "<arch>.".
-GGUF_ARCH_KEYS = (
-    ("n_ctx", "context_length"),
-    ("d_model", "embedding_length"),
-    ("n_layers", "block_count"),
-    ("d_ff", "feed_forward_length"),
-    ("n_heads", "attention.head_count"),
-    ("n_kv_heads", "attention.head_count_kv"),
-    ("norm_eps", "attention.layer_norm_rms_epsilon"),
-    ("layer_norm_eps", "attention.layer_norm_epsilon"),
-    ("rope_theta", "rope.freq_base"),
-    ("rope_dim", "rope.dimension_count"),
-    ("n_vocab", "vocab_size"),
-)
+# APR "architecture" key -> GGUF key suffix after "<arch>." (columns of apr_core.hparams).
+GGUF_ARCH_KEYS = hparams.apr_gguf_pairs()
 
 
 def from_gguf(kv_block: Dict[str, Any]) -> Dict[str, Any]:

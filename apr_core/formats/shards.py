@@ -13,12 +13,12 @@ vocabulary) is stored once.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from ..errors import AprError, ErrorCode
+from ..integrity import sha256_source
 from ..io import ByteSource, open_source
 from ..tensor import ModelFile, TensorInfo
 from . import flags as F
@@ -33,7 +33,6 @@ SHARD_KEYS = ("sharded", "shard_count", "shards", "tensor_shard_map")
 _SHARD_OVERHEAD = HEADER_SIZE + FOOTER_SIZE + 8 + 64 + 256
 _HEX8 = re.compile(r"[0-9a-f]{8}\Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
-HASH_CHUNK = 1 << 22
 
 Opener = Callable[[str], Any]
 
@@ -226,7 +225,7 @@ def _open_shard(opener: Opener, entry: Dict[str, Any], verify: bool) -> AprFile:
                            "{}".format(name), shard=name, size=src.size,
                            expected=entry["size"])
         sha = entry.get("sha256")
-        if verify and sha is not None and _sha256(src) != sha:
+        if verify and sha is not None and sha256_source(src) != sha:
             raise AprError(ErrorCode.CHECKSUM, "shard sha256 mismatch: {}".format(name),
                            shard=name)
         # The sha256 already covers every byte; CRC only when the manifest has no hash.
@@ -261,16 +260,6 @@ def _name_shard(exc: AprError, name: str, message: str) -> AprError:
     context = dict(exc.context)
     context["shard"] = name
     return AprError(exc.code, message, **context)
-
-
-def _sha256(src: ByteSource) -> str:
-    digest = hashlib.sha256()
-    offset = 0
-    while offset < src.size:
-        chunk = src.read(offset, min(HASH_CHUNK, src.size - offset))
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.hexdigest()
 
 
 def _remove_quietly(path: str) -> None:

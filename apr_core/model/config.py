@@ -1,7 +1,7 @@
 """ModelConfig: every hyperparameter the runtime needs, from GGUF, HF config.json or APR.
 
-One mapping table per source turns its keys into canonical names (`GGUF_KEYS`, `HF_KEYS`,
-`APR_KEYS`); `_build` then fills the rest from the family contract (activation, norm,
+The hyperparameter table (`apr_core.hparams`) turns each source's keys into canonical
+names (`GGUF_KEYS`, `HF_KEYS`, `APR_KEYS` are its columns); `_build` then fills the rest from the family contract (activation, norm,
 RoPE convention per source) and checks the algebraic invariants of seed 004 §16 (positive
 dims, GQA divisibility, even RoPE dims, sane eps and theta) so that a bad file fails
 here with AprError(VALIDATION) instead of deep inside a matmul.
@@ -12,68 +12,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from .. import hparams
 from ..errors import AprError, ErrorCode
 from .families import Family, detect_source, family_for
 
-# Canonical name -> GGUF key suffixes after "<arch>." (first present wins).
-GGUF_KEYS = (
-    ("n_vocab", ("vocab_size",)),
-    ("d_model", ("embedding_length",)),
-    ("n_layers", ("block_count",)),
-    ("n_heads", ("attention.head_count",)),
-    ("n_kv_heads", ("attention.head_count_kv",)),
-    ("head_dim", ("attention.key_length",)),
-    ("d_ff", ("feed_forward_length",)),
-    ("norm_eps", ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon")),
-    ("rope_theta", ("rope.freq_base",)),
-    ("rope_theta_local", ("rope.freq_base_swa",)),
-    ("rope_dim", ("rope.dimension_count",)),
-    ("rope_scaling_type", ("rope.scaling.type",)),
-    ("rope_scaling_factor", ("rope.scaling.factor", "rope.scale_linear")),
-    ("max_ctx", ("context_length",)),
-    ("sliding_window", ("attention.sliding_window",)),
-    ("swa_pattern", ("attention.sliding_window_pattern",)),
-)
-
-# Canonical name -> HF config.json keys (first present and not null wins).
-HF_KEYS = (
-    ("n_vocab", ("vocab_size",)),
-    ("d_model", ("hidden_size", "n_embd")),
-    ("n_layers", ("num_hidden_layers", "n_layer")),
-    ("n_heads", ("num_attention_heads", "n_head")),
-    ("n_kv_heads", ("num_key_value_heads",)),
-    ("head_dim", ("head_dim",)),
-    ("d_ff", ("intermediate_size", "n_inner")),
-    ("norm_eps", ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps")),
-    ("act", ("hidden_activation", "hidden_act", "activation_function")),
-    ("rope_theta", ("rope_theta",)),
-    ("rope_theta_local", ("rope_local_base_freq",)),
-    ("rope_scaling", ("rope_scaling",)),
-    ("rope_parameters", ("rope_parameters",)),
-    ("partial_rotary_factor", ("partial_rotary_factor",)),
-    ("max_ctx", ("max_position_embeddings", "n_positions")),
-    ("qkv_bias", ("attention_bias",)),
-    ("tied_embeddings", ("tie_word_embeddings",)),
-    ("sliding_window", ("sliding_window",)),
-    ("use_sliding_window", ("use_sliding_window",)),
-    ("swa_pattern", ("sliding_window_pattern", "_sliding_window_pattern")),
-    ("layer_types", ("layer_types",)),
-    ("query_pre_attn_scalar", ("query_pre_attn_scalar",)),
-)
-
-# Canonical name -> APR metadata "architecture" keys (apr_core.formats.metadata).
-APR_KEYS = (
-    ("n_vocab", ("n_vocab",)),
-    ("d_model", ("d_model",)),
-    ("n_layers", ("n_layers",)),
-    ("n_heads", ("n_heads",)),
-    ("n_kv_heads", ("n_kv_heads",)),
-    ("d_ff", ("d_ff",)),
-    ("norm_eps", ("norm_eps", "layer_norm_eps")),
-    ("rope_theta", ("rope_theta",)),
-    ("rope_dim", ("rope_dim",)),
-    ("max_ctx", ("n_ctx",)),
-)
+# Canonical name -> keys per source (first present wins), from THE table (apr_core.hparams).
+GGUF_KEYS = hparams.keys("gguf")    # suffixes after "<arch>."
+HF_KEYS = hparams.keys("hf")        # config.json (first present and not null)
+APR_KEYS = hparams.keys("apr")      # APR metadata "architecture"
 
 # Activation names in the wild -> ours. HF "gelu" is the exact erf GELU; "gelu_new" and
 # "gelu_pytorch_tanh" are the tanh approximation.

@@ -13,23 +13,23 @@ code path here:
   contract's `rope_freqs` tensor.
 
 Hyperparameters are written from the checked `ModelConfig` under the GGUF key suffixes of
-`config.GGUF_KEYS`; the tokenizer keys come from `text.gguf_vocab`. 1-D tensors are stored
+`apr_core.hparams`; the tokenizer keys come from `text.gguf_vocab`. 1-D tensors are stored
 as F32 (llama.cpp's converter does the same: its norm kernels expect F32).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Tuple
 
-from .. import dtypes
+from .. import dtypes, hparams
 from ..errors import AprError, ErrorCode
 from ..tensor import LazyTensor
-from .config import GGUF_KEYS, ModelConfig, config_from_hf
+from .config import ModelConfig, config_from_hf
 from .families import Family, family_for, resolve_tensors
 
-# Canonical hyperparameter -> GGUF value type (the key suffix comes from config.GGUF_KEYS).
-HPARAM_TYPES = (("max_ctx", "u32"), ("d_model", "u32"), ("n_layers", "u32"), ("d_ff", "u32"),
-                ("n_heads", "u32"), ("n_kv_heads", "u32"), ("n_vocab", "u32"))
-NORM_EPS_KEYS = {"rms": "attention.layer_norm_rms_epsilon", "layer": "attention.layer_norm_epsilon"}
+# Canonical hyperparameter -> GGUF value type (apr_core.hparams' gguf_type column).
+HPARAM_TYPES = tuple((h.field, h.gguf_type) for h in hparams.HPARAMS if h.gguf_type)
+_EPS = next(h.gguf for h in hparams.HPARAMS if h.field == "norm_eps")
+NORM_EPS_KEYS = {"rms": _EPS[0], "layer": _EPS[1]}      # which eps key per norm kind
 # Roles whose rows are RoPE-rotated, and the head count that splits them.
 ROTATED_ROLES = {"q": "n_heads", "k": "n_kv_heads", "q_bias": "n_heads", "k_bias": "n_kv_heads"}
 # RoPE scalings llama.cpp reads as a `rope_freqs` tensor of per-frequency divisors, not
@@ -48,7 +48,6 @@ def gguf_arch(family: Family) -> str:
 
 def hparam_kv(config: ModelConfig, arch: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(kv, types) for the model's hyperparameters under `<arch>.`."""
-    suffixes = {name: keys[0] for name, keys in GGUF_KEYS}
     kv: Dict[str, Any] = {}
     types: Dict[str, Any] = {}
 
@@ -57,23 +56,23 @@ def hparam_kv(config: ModelConfig, arch: str) -> Tuple[Dict[str, Any], Dict[str,
         kv[key], types[key] = value, kind
 
     for name, kind in HPARAM_TYPES:
-        put(suffixes[name], int(getattr(config, name)), kind)
+        put(hparams.gguf_suffix(name), int(getattr(config, name)), kind)
     put(NORM_EPS_KEYS[config.norm], float(config.norm_eps), "f32")
     if config.head_dim != config.d_model // config.n_heads:
-        put("attention.key_length", config.head_dim, "u32")
+        put(hparams.gguf_suffix("head_dim"), config.head_dim, "u32")
         put("attention.value_length", config.head_dim, "u32")
     if config.positions == "rope":
-        put(suffixes["rope_theta"], float(config.rope_theta), "f32")
-        put(suffixes["rope_dim"], int(config.rope_dim), "u32")
+        put(hparams.gguf_suffix("rope_theta"), float(config.rope_theta), "f32")
+        put(hparams.gguf_suffix("rope_dim"), int(config.rope_dim), "u32")
         scaling = config.rope_scaling
         if scaling.kind == "linear":
-            put("rope.scaling.type", "linear", "str")
-            put("rope.scaling.factor", float(scaling.factor), "f32")
+            put(hparams.gguf_suffix("rope_scaling_type"), "linear", "str")
+            put(hparams.gguf_suffix("rope_scaling_factor"), float(scaling.factor), "f32")
         elif scaling.kind not in SCALING_AS_TENSOR + ("none",):
             raise AprError(ErrorCode.UNSUPPORTED, "GGUF export of this RoPE scaling is not "
                            "supported", rope_scaling=scaling.kind)
     if config.sliding_window:
-        put(suffixes["sliding_window"], int(config.sliding_window), "u32")
+        put(hparams.gguf_suffix("sliding_window"), int(config.sliding_window), "u32")
     return kv, types
 
 

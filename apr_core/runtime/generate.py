@@ -10,7 +10,7 @@ generator is lazy: a caller that stops iterating stops the computation.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Generator, Iterable, Optional, Sequence
 
 from ..errors import AprError, ErrorCode
 from .sampling import Sampler, SamplerConfig
@@ -18,8 +18,10 @@ from .sampling import Sampler, SamplerConfig
 
 def generate_step(model: Any, prompt_ids: Sequence[int], sampler: Optional[Sampler] = None,
                   max_tokens: int = 128, stop_ids: Iterable[int] = (),
-                  cache: Any = None) -> Iterator[int]:
-    """Yield up to `max_tokens` new token ids after `prompt_ids`.
+                  cache: Any = None) -> Generator[int, None, str]:
+    """Yield up to `max_tokens` new token ids after `prompt_ids`; return why it stopped
+    (the generator's return value, `StopIteration.value`): "eos" (a stop id) or "length"
+    (`max_tokens`, or the cache is full).
 
     `model` needs `forward(ids, cache, last_only)` and `new_cache(capacity)` (a
     `Transformer`). `sampler` defaults to greedy. A token in `stop_ids` ends generation and
@@ -33,7 +35,7 @@ def generate_step(model: Any, prompt_ids: Sequence[int], sampler: Optional[Sampl
     if max_tokens < 0:
         raise AprError(ErrorCode.ARGUMENT, "max_tokens must be >= 0", max_tokens=max_tokens)
     if max_tokens == 0:
-        return
+        return "length"
     sampler = sampler or Sampler(SamplerConfig(temperature=0.0))
     stops = frozenset(int(t) for t in stop_ids)
     if cache is None:
@@ -43,12 +45,13 @@ def generate_step(model: Any, prompt_ids: Sequence[int], sampler: Optional[Sampl
     for step in range(max_tokens):
         token = sampler(logits, history)
         if token in stops:
-            return
+            return "eos"
         yield token
         history.append(token)
         if step + 1 == max_tokens or cache.length + 1 > cache.capacity:
-            return
+            return "length"
         logits = model.forward([token], cache)[-1]                   # [n_vocab]
+    return "length"
 
 
 def generate(model: Any, prompt_ids: Sequence[int], sampler: Optional[Sampler] = None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Sequence
 
 from ..errors import AprError, ErrorCode
 from .generate import generate_step
@@ -139,19 +139,26 @@ class TextModel:
 
     def stream(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
                max_tokens: int = 128, stop: Sequence[str] = (), cache: Any = None
-               ) -> Iterator[Piece]:
-        """Yield generated pieces; ends at EOS/EOG, a stop string, or `max_tokens`."""
+               ) -> Generator[Piece, None, str]:
+        """Yield generated pieces; ends at EOS/EOG, a stop string, or `max_tokens`, and
+        returns the finish reason: "stop" (EOS/EOG or a stop string) or "length"."""
         text = TextStream(self.tokenizer, stop)
         steps = generate_step(self.transformer, prompt_ids, Sampler(sampler or SamplerConfig(
             temperature=0.0)), max_tokens, self.tokenizer.eog_ids, cache)
-        for token in steps:
+        while True:
+            try:
+                token = next(steps)
+            except StopIteration as done:
+                reason = "stop" if done.value == "eos" else "length"
+                break
             piece, stopped = text.add(token)
             yield Piece(token, piece)
             if stopped:
-                return
+                return "stop"
         tail = text.finish()
         if tail:
             yield Piece(-1, tail)
+        return reason
 
     def generate(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
                  max_tokens: int = 128, stop: Sequence[str] = ()) -> Generation:
@@ -160,7 +167,13 @@ class TextModel:
         first = None
         text: List[str] = []
         ids: List[int] = []
-        for piece in self.stream(prompt_ids, sampler, max_tokens, stop):
+        pieces = self.stream(prompt_ids, sampler, max_tokens, stop)
+        while True:
+            try:
+                piece = next(pieces)
+            except StopIteration as done:
+                reason = done.value           # the generator's, never guessed here
+                break
             if first is None:
                 first = time.perf_counter()
             if piece.token_id >= 0:
@@ -168,7 +181,5 @@ class TextModel:
             text.append(piece.text)
         end = time.perf_counter()
         first = first or end
-        body = "".join(text)
-        stopped = len(ids) < max_tokens or any(s and s in body for s in stop)
-        return Generation(body, ids, len(prompt_ids), "stop" if stopped else "length",
-                          first - start, end - first)
+        return Generation("".join(text), ids, len(prompt_ids), reason, first - start,
+                          end - first)

@@ -8,7 +8,6 @@ before use; a verified copy is remembered by a stamp file so the hash runs once.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from apr_core.atomic import atomic_output
 from apr_core.errors import AprError, ErrorCode
+from apr_core.integrity import sha256_file
 
 
 @dataclass(frozen=True)
@@ -59,14 +59,6 @@ def _package_file(module: str, relative: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _verified(path: Path, model: RealModel) -> Path:
     """Hash `path` once; a stamp beside it in the cache remembers the verified size+mtime."""
     stat = path.stat()
@@ -74,7 +66,7 @@ def _verified(path: Path, model: RealModel) -> Path:
     key = "{} {} {}".format(path, stat.st_size, int(stat.st_mtime))
     if stamp.is_file() and stamp.read_text() == key:
         return path
-    actual = _sha256(path)
+    actual = sha256_file(path)
     if actual != model.sha256:
         raise AprError(ErrorCode.CHECKSUM, "model file does not match its published sha256",
                        model=model.name, path=str(path), expected=model.sha256, actual=actual)

@@ -25,6 +25,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
+from apr_core.integrity import sha256_file
 from apr_core.conversion.convert import apr_metadata, convert
 from apr_core.formats.hf_dir import hf_directory, read_side_files
 from apr_core.formats.open import open_model
@@ -65,14 +66,6 @@ def open_any(source: str) -> Tuple[ModelFile, Optional[str]]:
     if source.endswith(TORCH_EXTENSIONS) and is_torch_file(source):
         return open_torch(source), folder
     return open_model(source), folder
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def source_digest(source: str) -> str:

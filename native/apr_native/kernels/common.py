@@ -10,19 +10,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from apr_core import dtypes
+
 from .simd import load_f16
 
-# dtype name -> (kind code, elements per block, bytes per block); ggml-common.h layouts.
-BLOCKS = {
-    "Q4_0": (0, 32, 18),
-    "Q4_1": (1, 32, 20),
-    "Q5_0": (2, 32, 22),
-    "Q5_1": (3, 32, 24),
-    "Q8_0": (4, 32, 34),
-    "Q4_K": (5, 256, 144),
-    "Q5_K": (6, 256, 176),
-    "Q6_K": (7, 256, 210),
-}
+# The block types these kernels implement, in kind-code order (the code is the index).
+KINDS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# dtype name -> (kind code, elements per block, bytes per block), from apr_core.dtypes.
+BLOCKS = {name: (kind, dtypes.BY_NAME[name].block_size, dtypes.BY_NAME[name].type_size)
+          for kind, name in enumerate(KINDS)}
+# Bytes per block of the K-quants, for the jitted row decoders (compile-time constants).
+Q4_K_BYTES = dtypes.BY_NAME["Q4_K"].type_size
+Q5_K_BYTES = dtypes.BY_NAME["Q5_K"].type_size
+Q6_K_BYTES = dtypes.BY_NAME["Q6_K"].type_size
 
 # Activations are quantized in runs of 32 (every block type's sub-blocks are 32 or 16
 # elements, so each weight sub-block sees one activation scale).

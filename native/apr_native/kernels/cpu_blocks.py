@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from . import kquant_scales, simd
-from .common import f16
+from .common import Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, f16
 
 # Block bytes and the offsets of their fields (ggml-common.h; see apr_core.quant.kernels).
 F32 = np.float32
@@ -46,7 +46,7 @@ def _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8):
     vectors (`kquant_scales.k4_scales8`, scales into `sc [8]`, the min terms added to
     `mins8`), then its eight 32-element runs: sub-blocks 2i and 2i + 1 share 32 code
     bytes (low, high nibbles)."""
-    p = ro + b * (144 if kind == 5 else 176)
+    p = ro + b * (Q4_K_BYTES if kind == 5 else Q5_K_BYTES)
     q_at = p + (16 if kind == 5 else 48)
     d, dmin = simd.load_f16x2(w, p)
     mins8 = simd.add8(mins8, kquant_scales.k4_scales8(w, p + 4, d, dmin, xd, xs,
@@ -68,7 +68,7 @@ def _q6_run(w, ro, b, h, k, xq, t, xo, sc, acc):
     """Elements 128 h + 32 k .. +32 of Q6_K block `b` (row at byte `ro`): two groups of
     16 with their own scales (`sc [16]`, from `kquant_scales.q6_scales16`); `h`, `k`
     are constants after inlining."""
-    p = ro + b * 210
+    p = ro + b * Q6_K_BYTES
     ql = p + 64 * h + 32 * (k & 1)
     qh = p + 128 + 32 * h
     g = 8 * h + 2 * k
@@ -134,7 +134,7 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
                 mins = -simd.hsum8(mins8)
             else:                                              # Q6_K, 210 B
                 for b in range(nb):
-                    p = ro + b * 210
+                    p = ro + b * Q6_K_BYTES
                     d = simd.load_f16x2(w, p + 206)[1]                 # scales[14:16], d
                     kquant_scales.q6_scales16(w, p + 192, d, xd, t * xd.shape[1] + b * 8, sc)
                     # 32-element runs (h, k), two 16-element scale groups each
@@ -179,7 +179,7 @@ def dequantize_row(kind, w, o, nb, out):
             p = o + b * 34
             simd.deq_q8_0(w, p + 2, f16(w, p), zero, out, b * 32)
     elif kind == 5 or kind == 6:
-        size = 144 if kind == 5 else 176
+        size = Q4_K_BYTES if kind == 5 else Q5_K_BYTES
         qs = 16 if kind == 5 else 48
         for b in range(nb):
             p = o + b * size
@@ -194,7 +194,7 @@ def dequantize_row(kind, w, o, nb, out):
                     simd.deq_q5_k(w, q_at, shift, p + 16, j, dl, -ml, out, b * 256 + 32 * j)
     elif kind == 7:
         for b in range(nb):
-            p = o + b * 210
+            p = o + b * Q6_K_BYTES
             d = f16(w, p + 208)
             for g in range(16):
                 h, k, half = g >> 3, (g >> 1) & 3, g & 1
