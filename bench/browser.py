@@ -59,8 +59,8 @@ window.wllamaReady = true;
 def native_apr(path: str, tokens: int) -> dict:
     """apr on CPython with the kernel backend `apr run` would pick (numba when installed)."""
     from apr_core.runtime.generate import generate_step
-    from apr_native.engine import Engine
-    engine = Engine.load(path)
+    from apr_native.engine import load_engine
+    engine = load_engine(path)
     model, backend = engine.model, engine.backend
     ids = model.prompt_ids(PROMPT)
     stamps = [time.perf_counter()]

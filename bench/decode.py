@@ -28,12 +28,12 @@ def main() -> int:
     sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
     from apr_native.real_models import locate
     from apr_core.runtime.generate import generate
-    from apr_native.engine import Engine, EngineOptions
+    from apr_native.engine import EngineOptions, load_engine
     path = str(locate(args.model))
     prompt = [1, 504, 3458, 282, 4649, 314, 28, 253]
     rates = {}
     for label, dense in (("apr quantized", False), ("apr dense", True)):
-        engine = Engine.load(path, EngineOptions(dequantize=dense), with_tokenizer=False)
+        engine = load_engine(path, EngineOptions(dequantize=dense), with_tokenizer=False)
         model, label = engine.transformer, "{} ({})".format(label, engine.backend)
         model.forward(prompt[:2])                                   # warm up BLAS
         start = time.perf_counter()

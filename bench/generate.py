@@ -37,8 +37,8 @@ def timed(prefill, step, ids, n_decode):
 
 
 def apr_runner(path, dense):
-    from apr_native.engine import Engine, EngineOptions
-    model = Engine.load(path, EngineOptions(dequantize=dense), with_tokenizer=False).transformer
+    from apr_native.engine import EngineOptions, load_engine
+    model = load_engine(path, EngineOptions(dequantize=dense), with_tokenizer=False).transformer
     state = {}
 
     def prefill(ids):
@@ -102,12 +102,12 @@ def torch_runner(path, name):
 
 
 def bench_model(name, args):
-    from apr_core.runtime.text_model import TextModel
+    from apr_native.engine import load_engine
     from apr_native.real_models import locate
     path = str(locate(name))
-    ids = TextModel.load(path).prompt_ids(PROMPT, chat=True)[:args.prompt]
-    runners = [("apr numpy (quantized)", lambda: apr_runner(path, False)),
-               ("apr numpy (dequantize_at_load)", lambda: apr_runner(path, True)),
+    ids = load_engine(path).model.prompt_ids(PROMPT, chat=True)[:args.prompt]
+    runners = [("apr (quantized)", lambda: apr_runner(path, False)),
+               ("apr (dequantize_at_load)", lambda: apr_runner(path, True)),
                ("transformers+torch f32", lambda: torch_runner(path, name)),
                ("llama.cpp (2 threads)", lambda: llama_cpp_runner(path))]
     rows = []

@@ -32,8 +32,8 @@ def pages(arrays):
 
 start = time.perf_counter()
 if kind == "apr-mmap-model" or kind == "apr-read-model":
-    from apr_native.engine import Engine, EngineOptions
-    model = Engine.load(path, EngineOptions(mmap=kind == "apr-mmap-model"),
+    from apr_native.engine import EngineOptions, load_engine
+    model = load_engine(path, EngineOptions(mmap=kind == "apr-mmap-model"),
                         with_tokenizer=False).transformer
     held = [l.data for b in model.blocks for l in b.linears.values() if l is not None]
 elif kind == "apr-mmap-tensors":

@@ -51,8 +51,8 @@ def main():
     parser.add_argument("--backend", default=None)
     parser.add_argument("--steps", type=int, default=16)
     args = parser.parse_args()
-    from apr_native.engine import Engine, EngineOptions
-    engine = Engine.load(args.model, EngineOptions(backend=args.backend), with_tokenizer=False)
+    from apr_native.engine import EngineOptions, load_engine
+    engine = load_engine(args.model, EngineOptions(backend=args.backend), with_tokenizer=False)
     model, backend = engine.transformer, engine.backend
     cache = model.new_cache(64 + args.steps)
     token = int(model.forward(list(range(1, 33)), cache, last_only=True)[-1].argmax())

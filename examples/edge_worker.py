@@ -38,17 +38,16 @@ _loaded: Dict[str, Any] = {}  # a warm worker instance answers later requests wi
 
 
 def load_model(data: bytes, dequantize: bool = True) -> Any:
-    """A TextModel from a model file's bytes (GGUF, APR v2 or SafeTensors).
+    """THE engine object's model, from a model file's bytes (GGUF, APR v2 or SafeTensors).
 
     `dequantize`: float32 weights at load, the fast path where numpy has no BLAS (WASI,
     Pyodide) — dequantizing every weight on every token costs more than the matvec.
     """
     from apr_core.formats.open import open_model
-    from apr_core.model.transformer import Transformer
-    from apr_core.runtime.text_model import TextModel, tokenizer_for
+    from apr_core.runtime.engine import Engine
+    from apr_core.runtime.text_model import TextModel
     with open_model(BytesSource(data, "<request model>")) as model_file:
-        transformer = Transformer.from_model_file(model_file, dequantize_at_load=dequantize)
-        return TextModel(transformer, tokenizer_for(model_file))
+        return Engine(TextModel.from_model_file(model_file, dequantize_at_load=dequantize)).model
 
 
 def _model(path: str) -> Any:

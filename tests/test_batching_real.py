@@ -25,9 +25,9 @@ MAX_TOKENS = 16
 
 @pytest.fixture(scope="module", params=["smollm2", "qwen2.5"])
 def engine(request, smollm2_gguf, qwen_gguf):
-    from apr_native.engine import Engine, EngineOptions
+    from apr_native.engine import EngineOptions, load_engine
     path = smollm2_gguf if request.param == "smollm2" else qwen_gguf
-    loaded = Engine.load(path, EngineOptions(max_batch=12))
+    loaded = load_engine(path, EngineOptions(max_batch=12))
     assert loaded.backend == "numba"
     return loaded
 

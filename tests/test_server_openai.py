@@ -51,8 +51,8 @@ def server(qwen_gguf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local(qwen_gguf):
-    from apr_native.engine import Engine
-    return Engine.load(qwen_gguf)
+    from apr_native.engine import load_engine
+    return load_engine(qwen_gguf)
 
 
 def ask(client, question, **kw):

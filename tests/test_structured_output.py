@@ -58,8 +58,8 @@ def random_value(rng, depth):
 
 @pytest.fixture(scope="module", params=["smollm2", "qwen2.5"])
 def engine(request, smollm2_gguf, qwen_gguf):
-    from apr_native.engine import Engine, EngineOptions
-    return Engine.load(smollm2_gguf if request.param == "smollm2" else qwen_gguf,
+    from apr_native.engine import EngineOptions, load_engine
+    return load_engine(smollm2_gguf if request.param == "smollm2" else qwen_gguf,
                        EngineOptions(max_batch=SCHEMAS_PER_MODEL))
 
 

@@ -35,8 +35,12 @@ def register(kind: str, dtype_name: str, backend: str = REFERENCE
 class Kernels:
     """One backend's view of the registry: its own kernels first, numpy's where it has none."""
 
-    def __init__(self, backend: str = REFERENCE) -> None:
+    def __init__(self, backend: str = REFERENCE, uniform_rows: int = 1) -> None:
         self.backend = backend
+        # Rows from which its matmul takes one path whatever the count (numba: integer
+        # dots up to 4 rows, float products above): the batching scheduler prefills at
+        # least this many rows so a cached prefix computes what a cold one does.
+        self.uniform_rows = uniform_rows
         self._order = (backend,) if backend == REFERENCE else (backend, REFERENCE)
 
     def lookup(self, kind: str, dtype_name: str) -> Kernel:

@@ -97,13 +97,20 @@ class TextModel:
         `opener(path)` opens the file (default `open_model`; apr_native passes its mmap
         loader); `kernels` the backend's `registry.Kernels` (default numpy's)."""
         from ..formats.open import open_model
-        from ..model.transformer import Transformer, read_hf_config
-        hf_config = read_hf_config(path) if os.path.isdir(path) else None
         with (opener or open_model)(path) as model_file:
-            transformer = Transformer.from_model_file(model_file, dequantize_at_load, hf_config,
-                                                      kernels)
-            tokenizer = tokenizer_for(model_file, path)
-        return cls(transformer, tokenizer)
+            return cls.from_model_file(model_file, path, dequantize_at_load, kernels)
+
+    @classmethod
+    def from_model_file(cls, model_file: Any, path: Optional[str] = None,
+                        dequantize_at_load: bool = False, kernels: Any = None
+                        ) -> "TextModel":
+        """Weights, tokenizer and template from an open ModelFile (`path`: where it came
+        from, for a HF directory's config.json and tokenizer.json)."""
+        from ..model.transformer import Transformer, read_hf_config
+        hf_config = read_hf_config(path) if path and os.path.isdir(path) else None
+        transformer = Transformer.from_model_file(model_file, dequantize_at_load, hf_config,
+                                                  kernels)
+        return cls(transformer, tokenizer_for(model_file, path))
 
     # ------------------------------------------------------------------ prompts
 

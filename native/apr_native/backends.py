@@ -131,6 +131,9 @@ def select(name: Optional[str] = None) -> registry.Kernels:
     if wanted in _REGISTER and _registered.get(wanted) != mode:
         _REGISTER[wanted]()
         _registered[wanted] = mode
+    if wanted == "numba":
+        from .kernels.cpu import DOT_MAX_TOKENS
+        return registry.Kernels(wanted, uniform_rows=DOT_MAX_TOKENS + 1)
     return registry.Kernels(wanted)
 
 

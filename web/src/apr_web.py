@@ -118,6 +118,7 @@ def forget(url: str) -> str:
         model.close()
     if _state.get("url") == url:
         _state.pop("model", None)   # the worker's kernels stay chosen
+        _state.pop("engine", None)
         _state.pop("url", None)
     return json.dumps({"forgotten": model is not None})
 

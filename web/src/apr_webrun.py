@@ -30,8 +30,8 @@ async def load(url: str, dequantize: Optional[bool] = None,
         for source in model.remote_sources:
             await source.fill_all()  # one read per file: the loader then never waits
         try:
-            from apr_core.model.transformer import Transformer
-            from apr_core.runtime.text_model import TextModel, tokenizer_for
+            from apr_core.runtime.engine import Engine
+            from apr_core.runtime.text_model import TextModel
         except ImportError:
             return json.dumps({"error": {"code": "numpy", "message": "generation needs numpy: "
                                          "use Pyodide 0.17, or an indexURL that serves numpy"}})
@@ -39,13 +39,13 @@ async def load(url: str, dequantize: Optional[bool] = None,
         kernels = _state.get("kernels") or registry.NUMPY   # apr_webkernel's, if registered
         if dequantize is None:
             dequantize = kernels.backend == registry.REFERENCE
-        transformer = Transformer.from_model_file(model, dequantize_at_load=bool(dequantize),
-                                                  kernels=kernels)
-        _state["model"] = TextModel(transformer, tokenizer_for(model))
-        _state["url"] = url
-        cfg = transformer.config
+        # THE engine object, over the bytes this worker fetched (its kernels, no mmap here)
+        engine = Engine(TextModel.from_model_file(model, dequantize_at_load=bool(dequantize),
+                                                  kernels=kernels), path=url)
+        _state["engine"], _state["model"], _state["url"] = engine, engine.model, url
+        cfg = engine.transformer.config
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
-                           "kernels": kernels.backend,
+                           "kernels": engine.backend,
                            "vocab": cfg.n_vocab, "context": cfg.max_ctx,
                            "chat_template": bool(_state["model"].chat_template)})
     except Exception as exc:

@@ -44,8 +44,8 @@ Runner = Tuple[Callable[[List[int]], Any], Callable[[int], Any]]
 
 
 def _apr_runner(path: str, opts: Dict[str, Any]) -> Runner:
-    from apr_native.engine import Engine, EngineOptions
-    engine = Engine.load(path, EngineOptions(backend=opts.get("backend"),
+    from apr_native.engine import EngineOptions, load_engine
+    engine = load_engine(path, EngineOptions(backend=opts.get("backend"),
                                              mmap=not opts.get("no_mmap")),
                          with_tokenizer=False)
     opts["backend"] = engine.backend

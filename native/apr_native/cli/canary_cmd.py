@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.json_files import read_json_file
@@ -89,16 +89,18 @@ def compare(reference: Dict[str, Dict[str, Any]], current: Dict[str, Dict[str, A
     return rows
 
 
-def _complete(path: str, prompts: List[str], max_tokens: int) -> List[Dict[str, Any]]:
-    from ..engine import Engine
-    engine = Engine.load(path)
+def _complete(path: str, prompts: List[str], max_tokens: int
+              ) -> Tuple[List[Dict[str, Any]], str]:
+    """Each prompt's greedy completion, and the backend that computed them."""
+    from ..engine import load_engine
+    engine = load_engine(path)
     out = []
     for prompt in prompts:
         ids = engine.model.prompt_ids(prompt)
         gen = engine.generate(ids, max_tokens=max_tokens)
         out.append({"prompt": prompt, "max_tokens": max_tokens, "tokens": gen.token_ids,
                     "text": gen.text})
-    return out
+    return out, engine.backend
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -111,13 +113,13 @@ def run_create(args: argparse.Namespace) -> int:
         "thresholds": {"mean_drift": MEAN_DRIFT, "std_drift": STD_DRIFT},
         "tensors": tensors}
     if args.input:
-        canary["inputs"] = _complete(path, args.input, args.max_tokens)
+        canary["inputs"], canary["backend"] = _complete(path, args.input, args.max_tokens)
     from apr_core.atomic import atomic_output
     with atomic_output(args.output) as handle:
         handle.write(json.dumps(canary, indent=1).encode("utf-8"))
     if wants_json(args):
         emit_json({"model": path, "output": args.output, "tensors": len(tensors),
-                   "inputs": len(canary.get("inputs", []))})
+                   "inputs": len(canary.get("inputs", [])), "backend": canary.get("backend")})
     else:
         print("Tensors captured: {}\nOutput file: {}\nCanary test created successfully"
               .format(len(tensors), args.output))
@@ -135,11 +137,13 @@ def run_check(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     canary = _load_canary(args.canary)
     rows = compare(canary["tensors"], snapshot(path), args.mean_threshold, args.std_threshold)
-    inputs = []
-    for recorded, got in zip(canary.get("inputs", []), _complete(
-            path, [c["prompt"] for c in canary.get("inputs", [])],
-            max([c.get("max_tokens", 8) for c in canary.get("inputs", [])] or [8]))
-            if canary.get("inputs") else []):
+    inputs, backend, recorded_inputs = [], None, canary.get("inputs") or []
+    completions: List[Dict[str, Any]] = []
+    if recorded_inputs:
+        completions, backend = _complete(
+            path, [c["prompt"] for c in recorded_inputs],
+            max(c.get("max_tokens", 8) for c in recorded_inputs))
+    for recorded, got in zip(recorded_inputs, completions):
         want, have = recorded["tokens"], got["tokens"]
         same = sum(a == b for a, b in zip(want, have))
         accuracy = same / max(len(want), len(have), 1)
@@ -149,7 +153,7 @@ def run_check(args: argparse.Namespace) -> int:
     failed = sum(not r["passed"] for r in rows) + sum(not i["passed"] for i in inputs)
     if wants_json(args):
         emit_json({"model": path, "canary": args.canary, "passed": not failed,
-                   "tensors": rows, "inputs": inputs})
+                   "tensors": rows, "inputs": inputs, "backend": backend})
     else:
         for row in rows:
             if not row["passed"] or args.verbose:

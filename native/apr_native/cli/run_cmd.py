@@ -7,7 +7,7 @@ import sys
 from apr_core.runtime.sampling import SamplerConfig
 
 from .. import backends
-from ..engine import Engine, EngineOptions
+from ..engine import Engine, EngineOptions, load_engine
 from .common import emit_json
 
 
@@ -20,7 +20,7 @@ def sampler_from(args: argparse.Namespace) -> SamplerConfig:
 def load(args: argparse.Namespace) -> Engine:
     """The engine for `args.model` with `--backend` / `--dequantize` (the same loader every
     command and the server use); `args.backend` becomes the backend it chose."""
-    engine = Engine.load(args.model, EngineOptions(backend=args.backend,
+    engine = load_engine(args.model, EngineOptions(backend=args.backend,
                                                    dequantize=args.dequantize))
     args.backend = engine.backend
     args.load_seconds = engine.load_seconds

@@ -47,6 +47,7 @@ def run_trace(args: argparse.Namespace) -> int:
     steps = trace(model.transformer, ids, keep_values=True)
     report: Dict[str, Any] = {
         "model": args.model, "prompt": args.prompt, "tokens": len(ids),
+        "backend": model.transformer.kernels.backend,
         "steps": [s.to_dict() for s in steps],
         "top": _top(model, steps[-1].values[-1], args.top),
         "anomalies": [{"step": s.name, "rule": rule} for s in steps for rule in s.anomalies],

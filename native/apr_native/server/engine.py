@@ -24,7 +24,7 @@ from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, GenerationRequest
 
-from ..engine import Engine, EngineOptions
+from ..engine import Engine, EngineOptions, load_engine
 from .errors import ApiError
 
 LOG = logging.getLogger("apr.server")
@@ -196,7 +196,7 @@ class ServingEngine:
 
     def _run(self) -> None:
         try:
-            self.engine = Engine.load(self.path, self.options)
+            self.engine = load_engine(self.path, self.options)
             self.engine.scheduler        # the block pool, before the first request
             LOG.warning("apr: loaded %s in %.1f s; backend %s, max batch %d, KV %d blocks "
                         "of %d tokens", self.model_id, self.engine.load_seconds,

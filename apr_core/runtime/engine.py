@@ -1,0 +1,171 @@
+"""THE engine object: a loaded model with its backend, tokenizer and batching runtime.
+
+    engine = Engine.open(model_file_or_path, EngineOptions(), kernels=kernels, opener=...)
+    for piece in engine.stream(engine.model.prompt_ids("Hi", chat=True), max_tokens=32):
+        print(piece.text, end="")
+
+Model file -> opener (mmap natively, ArrayBuffer/fetch in the browser) -> weights ->
+backend (a `registry.Kernels` the model holds, never process-wide) -> tokenizer ->
+generator. Native entry points (`apr run`, `chat`, `serve`, `eval`, `trace`, `bench`,
+`canary`, the benches, `examples/ray_serve.py`) get theirs from `apr_native.engine.load_engine`,
+which resolves built-in names and picks the backend and the mmap opener; the browser
+worker opens one over its fetched bytes. Generation goes through the continuous-batching
+`Scheduler` over a paged `BlockPool`: a single `apr run` is a batch of one, the server's
+many requests share the same code.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, List, Optional, Sequence
+
+from ..errors import AprError, ErrorCode
+from ..quant import registry
+from .batching.paged_kv import DEFAULT_BLOCK_SIZE, BlockPool
+from .batching.request import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
+from .batching.scheduler import DEFAULT_MAX_BATCH, DEFAULT_STEP_TOKENS, Scheduler
+from .batching.session import PagedSession
+from .sampling import SamplerConfig
+from .text_model import Generation, Piece, TextModel
+
+DEFAULT_KV_MEMORY = 2 << 30     # bytes of KV blocks (virtual until written)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    backend: Optional[str] = None        # numpy | numba | cuda | auto; None: $APR_BACKEND
+    dequantize: bool = False             # weights to float32 at load
+    mmap: bool = True                    # map the file instead of reading it
+    max_batch: int = DEFAULT_MAX_BATCH   # sequences decoded together
+    step_tokens: int = DEFAULT_STEP_TOKENS   # rows per step (decode rows + prompt chunks)
+    kv_memory: int = DEFAULT_KV_MEMORY   # bytes the KV block pool may hold
+    block_size: int = DEFAULT_BLOCK_SIZE     # positions per KV block
+    prefix_cache: bool = True            # share KV blocks of identical prompt prefixes
+
+
+class Engine:
+    """A loaded model with its backend, tokenizer and batching scheduler."""
+
+    def __init__(self, model: TextModel, options: Optional[EngineOptions] = None,
+                 path: str = "", load_seconds: float = 0.0) -> None:
+        self.model = model
+        self.options = options or EngineOptions()
+        self.path = path
+        self.load_seconds = load_seconds
+        self._pool: Optional[BlockPool] = None
+        self._scheduler: Optional[Scheduler] = None
+
+    @classmethod
+    def open(cls, path: str, options: Optional[EngineOptions] = None,
+             kernels: Optional[registry.Kernels] = None,
+             opener: Optional[Callable[[str], Any]] = None,
+             with_tokenizer: bool = True) -> "Engine":
+        """Load a model file or HF directory: weights on `kernels` (default numpy's),
+        opened with `opener` (default `open_model`), and its tokenizer (not with
+        `with_tokenizer=False`: logits only, for `session()`, e.g. `apr bench` on a model
+        file that has no tokenizer)."""
+        options = options or EngineOptions()
+        start = time.perf_counter()
+        if with_tokenizer:
+            model = TextModel.load(path, dequantize_at_load=options.dequantize,
+                                   opener=opener, kernels=kernels)
+        else:
+            from ..model import Transformer
+            model = TextModel(Transformer.from_path(path, options.dequantize, opener, kernels),
+                              None)
+        return cls(model, options, os.fspath(path), time.perf_counter() - start)
+
+    @property
+    def backend(self) -> str:
+        """The name of the backend the model runs on."""
+        return self.transformer.kernels.backend
+
+    @property
+    def transformer(self) -> Any:
+        return self.model.transformer
+
+    @property
+    def pool(self) -> BlockPool:
+        """The KV block pool (created on first use; the arrays are virtual until used)."""
+        if self._pool is None:
+            cfg, opts = self.transformer.config, self.options
+            most = opts.max_batch * -(-cfg.max_ctx // opts.block_size)
+            self._pool = BlockPool.for_model(cfg, opts.kv_memory, opts.block_size,
+                                             opts.prefix_cache, max_blocks=most)
+        return self._pool
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The batching scheduler over `pool`."""
+        if self._scheduler is None:
+            if self.model.tokenizer is None:
+                raise AprError(ErrorCode.ARGUMENT, "generation needs the model's tokenizer "
+                               "(this engine was loaded without it)")
+            self._scheduler = Scheduler(self.transformer, self.model.tokenizer, self.pool,
+                                        self.options.max_batch, self.options.step_tokens,
+                                        self.transformer.kernels.uniform_rows)
+        return self._scheduler
+
+    def session(self) -> "PagedSession":
+        """A hand-driven sequence over the scheduler's block pool (bench, canary)."""
+        return PagedSession(self.transformer, self.pool)
+
+    # ------------------------------------------------------------------ one generation
+
+    def events(self, request: GenerationRequest) -> Iterator[Any]:
+        """Run `request` to its end on the calling thread, yielding its events (the
+        scheduler must not be driven by another thread meanwhile)."""
+        scheduler = self.scheduler
+        out: List[Any] = []
+        state = scheduler.submit(request, out.append)
+        try:
+            while True:
+                while out:
+                    event = out.pop(0)
+                    if isinstance(event, ErrorEvent):
+                        raise event.error
+                    yield event
+                if state.done or not scheduler.has_work():
+                    return
+                scheduler.step()
+        finally:
+            if not state.done:
+                scheduler.cancel(state)
+
+    def stream(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
+               max_tokens: int = 128, stop: Sequence[str] = ()) -> Iterator[Piece]:
+        """Pieces of one greedy (or sampled) generation, as `TextModel.stream` gives."""
+        request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
+                                    max_tokens, tuple(stop))
+        for event in self.events(request):
+            if isinstance(event, TokenEvent):
+                yield Piece(event.token_id, event.text)
+            elif isinstance(event, FinishEvent) and event.text:
+                yield Piece(-1, event.text)
+
+    def generate(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
+                 max_tokens: int = 128, stop: Sequence[str] = ()) -> Generation:
+        """One generation to its end: text, ids, the generator's finish reason, timings."""
+        request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
+                                    max_tokens, tuple(stop))
+        start = time.perf_counter()
+        first: Optional[float] = None
+        text: List[str] = []
+        ids: List[int] = []
+        finish = "length"
+        for event in self.events(request):
+            if first is None:
+                first = time.perf_counter()
+            if isinstance(event, TokenEvent):
+                ids.append(event.token_id)
+            else:
+                finish = event.finish_reason
+            text.append(event.text)
+        end = time.perf_counter()
+        first = first or end
+        return Generation("".join(text), ids, len(request.prompt_ids), finish, first - start,
+                          end - first)
+
+
+__all__ = ["Engine", "EngineOptions", "DEFAULT_KV_MEMORY"]
