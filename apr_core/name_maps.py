@@ -28,7 +28,7 @@ from .model.families import contracts
 SCHEMES = ("hf", "gguf", "apr")
 
 # Contract role -> canonical APR name. Every role of every contract must be here
-# (tests/test_cli_import.py checks it), so a new family cannot silently lack APR names.
+# (tests/cli/test_cli_import.py checks it), so a new family cannot silently lack APR names.
 DECODER_APR = {
     "embedding": "token_embedding",
     "position_embedding": "positional_embedding",

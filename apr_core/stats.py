@@ -54,7 +54,7 @@ EMBEDDING = r"(token_embd\.weight|embed_tokens\.weight|token_embedding|wte\.weig
 # 7.23 (output_norm) -- so their range only catches the seed's failure mode (a scaled norm,
 # mean ~11). Linear and embedding rows are warnings: §10.9 gives them as expectations
 # ("should"), and seed 000 §11 #30/#35 ask for a warning (embedding std < 0.2, linear
-# mean ~0); real trained weights have |mean| < 0.01 (see tests/test_stats.py).
+# mean ~0); real trained weights have |mean| < 0.01 (see tests/conversion/test_stats.py).
 RULES = (
     Rule(re.compile(r"(layer_norm|LayerNorm)\.weight$"), "mean", 0.5, 3.0, "error",
          "LayerNorm weight (gamma)"),

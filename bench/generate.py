@@ -69,7 +69,7 @@ def llama_cpp_runner(path):
 
 
 def hf_model(path, name):
-    """float32 transformers model from the same GGUF (as tests/test_model_real.py builds it)."""
+    """float32 transformers model from the same GGUF (as tests/model/test_model_real.py builds it)."""
     import torch
     import transformers
     if name != "qwen2.5-coder-0.5b":

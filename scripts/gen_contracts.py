@@ -2,7 +2,7 @@
 """Regenerate apr_core/data/contracts.json from contracts/*.yaml (the source of truth).
 
 apr_core must not need PyYAML (Pyodide has none offline), so it reads this JSON copy;
-tests/test_contracts.py fails when the copy and the YAML differ.
+tests/model/test_contracts.py fails when the copy and the YAML differ.
 
     python scripts/gen_contracts.py           # write the JSON
     python scripts/gen_contracts.py --check   # exit 1 if the JSON is stale

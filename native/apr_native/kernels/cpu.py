@@ -9,7 +9,7 @@ cut into chunks that the threads of `pool` take; the weights are read once, neve
 dequantized. Accuracy: each activation moves by
 at most half a step, amax / 65534 of its run -- a relative error ~1e-5 on a row's dot, far
 below llama.cpp's 8-bit activations (amax / 254), so greedy tokens follow numpy's even at
-near ties (tests/test_numba_kernels.py bounds it, test_numba_parity.py checks tokens).
+near ties (tests/native/test_numba_kernels.py bounds it, test_numba_parity.py checks tokens).
 
 Many tokens (prefill): rows are dequantized four at a time (bit-exact to the numpy
 reference) into a small tile and dotted with every token in float32, each token's

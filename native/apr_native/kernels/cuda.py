@@ -7,7 +7,7 @@ exactly as the numpy reference does, accumulate in float32 and meet in a tree re
 One thread computes one (token, head) row of attention. The thread code lives in
 `cuda_threads`, shared with `cuda_emulated` (the same code compiled for the CPU); the
 kernels here map the grid to it. With no GPU here, they are checked three ways: compiled
-to PTX for sm_75 and assembled (tests/test_cuda_ptx.py), run by numba's simulator
+to PTX for sm_75 and assembled (tests/native/test_cuda_ptx.py), run by numba's simulator
 (`NUMBA_ENABLE_CUDASIM=1`) on real tensors and a tiny model, bit-identical to the
 emulation, and their thread code on whole real models through `cuda_emulated`.
 

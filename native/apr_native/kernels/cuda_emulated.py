@@ -5,7 +5,7 @@ Without a GPU, numba's simulator is the usual stand-in, but it interprets every 
 Python: a token of a 135M-parameter model takes minutes. Compiled, the same per-thread
 code decodes whole real models, so the backend's greedy tokens can be checked against
 numpy's on them. What emulation leaves out -- the kernels' index arithmetic and device
-transfers -- the simulator covers on real tensors (tests/test_cuda_sim.py), and PTX
+transfers -- the simulator covers on real tensors (tests/native/test_cuda_sim.py), and PTX
 compilation covers the GPU target. For checking, not speed: it is scalar code.
 """
 from __future__ import annotations

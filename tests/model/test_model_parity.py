@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from apr_core.model import Transformer  # noqa: E402
+from llama_cpp_layout import GEMMA3_GGUF_NAMES, GGUF_NAMES, permute_for_llama_cpp  # noqa: E402
 
 pytestmark = [pytest.mark.oracle]
 
@@ -133,37 +134,6 @@ def test_sliding_window_changes_mistral_logits(tmp_path):
 
 # --------------------------------------------------------------------------- GGUF naming
 
-def _permute_for_llama_cpp(weight, n_head):
-    """The row order llama.cpp's converter gives LLaMA Q/K weights and biases: within each
-    head the two rotary halves are interleaved, so ggml's adjacent-pair RoPE applies."""
-    rows, rest = weight.shape[0], weight.shape[1:]
-    return (weight.reshape((n_head, 2, rows // n_head // 2) + rest)
-            .swapaxes(1, 2).reshape(weight.shape))
-
-
-GGUF_NAMES = {
-    "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight",
-    "input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.o_proj.bias": "attn_output.bias",
-    "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight":
-    "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
-
-# Gemma 3 names where they differ from LLaMA's (post_attention_layernorm is a post-norm).
-GEMMA3_GGUF_NAMES = dict(GGUF_NAMES, **{
-    "post_attention_layernorm.weight": "post_attention_norm.weight",
-    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
-    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight"})
-
-
 def write_gguf_like_llama_cpp(model, config, arch, path, permute):
     """The GGUF llama.cpp's converter would write for `model` (float32 tensors)."""
     gguf = pytest.importorskip("gguf")
@@ -201,9 +171,9 @@ def write_gguf_like_llama_cpp(model, config, arch, path, permute):
             continue
         array = tensor.float().numpy()
         if permute and name.endswith(("q_proj.weight", "q_proj.bias")):
-            array = _permute_for_llama_cpp(array, config.num_attention_heads)
+            array = permute_for_llama_cpp(array, config.num_attention_heads)
         if permute and name.endswith(("k_proj.weight", "k_proj.bias")):
-            array = _permute_for_llama_cpp(array, config.num_key_value_heads)
+            array = permute_for_llama_cpp(array, config.num_key_value_heads)
         if arch == "gemma3" and name.endswith("norm.weight"):
             array = array + 1.0   # llama.cpp stores Gemma's (1 + w) norm weights
         if name.startswith("model.layers."):

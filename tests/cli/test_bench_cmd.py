@@ -16,7 +16,7 @@ from synthetic_models import write_gguf_model
 
 pytestmark = pytest.mark.native
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def apr(*args):

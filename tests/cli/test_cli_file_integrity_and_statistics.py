@@ -2,8 +2,8 @@
 physics & statistics, 26-35): each item a real file and a real `apr` command, passing on
 the good file and failing as the checklist's "Falsification" column says.
 
-Bad files are assembled field by field with the helpers of tests/test_apr2_badfiles.py
-(which checks the same defects at the library level); the CRC is recomputed after each
+Bad files are assembled field by field with tests/apr2_builders.py (shared with
+tests/formats/test_apr2_badfiles.py, which checks the same defects at the library level); the CRC is recomputed after each
 edit unless the item is about the CRC, so exactly one defect remains.
 
 Items not (fully) testable through these commands:
@@ -14,9 +14,9 @@ Items not (fully) testable through these commands:
 | 13 | Appended garbage is refused (E002) rather than warned about: the footer must be  |
 |    | the last 16 bytes, a stricter reading than the checklist's "should warn".        |
 | 23 | Signatures: `apr validate` verifies the embedded Ed25519 signature (integrity);  |
-|    | signing and trusted-key checks are the security commands' (tests/test_sign.py).  |
+|    | signing and trusted-key checks are the security commands' (tests/formats/test_sign.py).  |
 | 24 | Encryption: decrypting with a key is the security commands' job; the format-level |
-|    | test is tests/test_apr2.py::test_encrypted_payloads_need_a_key.                   |
+|    | test is tests/formats/test_apr2.py::test_encrypted_payloads_need_a_key.                   |
 | 25 | WASM load: not a CLI item (wasm_tests/).                                         |
 """
 import json
@@ -36,7 +36,7 @@ from apr_core.quant import quantize
 from apr_core.tensor import RawTensor
 from cli_util import apr, apr_json
 from synthetic_models import write_gguf_model
-from test_apr2_badfiles import assemble, f32_entry, good_file, refooter
+from apr2_builders import assemble, f32_entry, good_file, refooter
 
 pytestmark = pytest.mark.native
 F32 = dtypes.BY_NAME["F32"]

@@ -11,7 +11,7 @@ import pytest
 from apr_core.errors import AprError, ErrorCode
 from apr_core.model.families import SOURCES, contracts, eval_dim, family_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPECTED = {"llama", "qwen2", "mistral", "gpt2", "gemma3"}
 
 

@@ -1,5 +1,5 @@
 """Peak RSS of generation with the mmap loader and numba kernels stays within 1.3x the
-model file above a baseline (issue 8; tests/test_model_memory.py explains the method).
+model file above a baseline (issue 8; tests/model/test_model_memory.py explains the method).
 
 The baseline child imports numpy, apr_core, numba and the compiled kernels and runs one
 small quantized matmul through them (so numba's runtime, the loaded machine code and the

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.native, pytest.mark.real_model]
 serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
 openai = pytest.importorskip("openai", reason="the openai client is a dev dependency")
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "ray_serve.py")
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ray_serve.py")
 REPLICAS = 2
 
 

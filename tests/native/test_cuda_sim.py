@@ -3,7 +3,7 @@ type on synthetic and real tensors, attention (causal and windowed), and greedy 
 of a tiny synthetic model through the "cuda" backend, against the numpy reference.
 
 The simulator must be chosen before numba.cuda is first imported, so each case runs in a
-child process with NUMBA_ENABLE_CUDASIM=1 (`python tests/test_cuda_sim.py CASE`). Running
+child process with NUMBA_ENABLE_CUDASIM=1 (`python tests/native/test_cuda_sim.py CASE`). Running
 a whole real model in the simulator (Python threads per CUDA thread) would take hours, so
 here the real models are covered by their tensors; their greedy tokens come from the same
 thread code compiled for the CPU (test_cuda_emulated.py), PTX from test_cuda_ptx.py.
@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)            # the shared helpers (synthetic_models)
+ROOT = os.path.dirname(TESTS)
 pytestmark = pytest.mark.native
 
 
@@ -107,7 +109,7 @@ def case_greedy_tiny_model():
     enough for the simulator: a warp per output row is 32 Python threads per row and
     token here. Whole real models run the same thread code in test_numba_parity.py."""
     import tempfile
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, TESTS)
     from synthetic_models import write_gguf_model
     from apr_core.runtime.generate import generate
     from apr_core.model import Transformer
@@ -132,8 +134,7 @@ CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case
 def test_in_cuda_simulator(case):
     pytest.importorskip("numba")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    root = os.path.dirname(HERE)
-    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "native"),
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.join(ROOT, "native"),
                                          env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, os.path.abspath(__file__), case], env=env,
                           capture_output=True, text=True)

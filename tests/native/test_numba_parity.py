@@ -7,7 +7,7 @@
   and run over the kernels' grid (`APR_CUDA_EMULATE=1`; no GPU here, and numba's
   simulator takes minutes per token): float32 sums in element order, ~1e-4 from numpy.
 
-The prompts are the ones tests/test_llama_cpp_parity.py picked for having no near-tie
+The prompts are the ones tests/runtime/test_llama_cpp_parity.py picked for having no near-tie
 (top-2 logit gap >= 0.03) in their first 32 steps, so any divergence is a kernel bug. The
 reference is numpy with weights dequantized at load (the fast numpy path; the same
 logits as numpy's quantized path up to BLAS summation order), computed once per model.

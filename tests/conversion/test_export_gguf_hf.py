@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from test_model_parity import GGUF_NAMES, _permute_for_llama_cpp  # noqa: E402
+from llama_cpp_layout import GGUF_NAMES, permute_for_llama_cpp  # noqa: E402
 
 CACHE = os.environ.get("APR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "apr")
 PROMPT = "The quick brown fox jumps over 1234 lazy dogs. Qu'est-ce que c'est? 🦙"
@@ -107,9 +107,9 @@ def test_tensors_match_an_independent_layout(hf_model, f32_gguf):
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         if family == "llama" and name.endswith(("q_proj.weight", "q_proj.bias")):
-            array = _permute_for_llama_cpp(array, config.num_attention_heads)
+            array = permute_for_llama_cpp(array, config.num_attention_heads)
         if family == "llama" and name.endswith(("k_proj.weight", "k_proj.bias")):
-            array = _permute_for_llama_cpp(array, config.num_key_value_heads)
+            array = permute_for_llama_cpp(array, config.num_key_value_heads)
         if name.startswith("model.layers."):
             index, rest = name[len("model.layers."):].split(".", 1)
             expected["blk.{}.{}".format(index, GGUF_NAMES[rest])] = array

@@ -19,7 +19,7 @@ from apr_native.engine import EngineOptions, load_engine  # noqa: E402
 from apr_native.kernels import cpu  # noqa: E402
 from server_util import running_server  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPT = "The capital of France is"
 
 

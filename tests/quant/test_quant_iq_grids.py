@@ -24,7 +24,7 @@ from apr_core.quant.kernels import iquants_grid
 from test_dequant import (_n_blocks, assert_same_bits, assert_same_values, gguf, needs_gguf,
                           oracle, sample)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TYPES = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "NVFP4")
 
 

@@ -1,6 +1,6 @@
 """`apr export`: APR (and anything else) to GGUF or SafeTensors through convert().
 
-llama.cpp loading an exported GGUF (seed 000 §11 #61) is test_checklist_cd.py's
+llama.cpp loading an exported GGUF (seed 000 §11 #61) is test_cli_tooling_and_conversion.py's
 test_61; HF sources becoming llama.cpp models is test_export_gguf_hf.py.
 """
 import os

@@ -25,7 +25,7 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (llama.cpp
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from test_model_parity import GGUF_NAMES, _permute_for_llama_cpp  # noqa: E402
+from llama_cpp_layout import GGUF_NAMES, permute_for_llama_cpp  # noqa: E402
 
 N_LAYERS = 8
 
@@ -53,9 +53,9 @@ def tiny(tmp_path_factory, smollm2_gguf):
         if name == "lm_head.weight":
             continue
         if name.endswith("q_proj.weight"):
-            array = _permute_for_llama_cpp(array, config.num_attention_heads)
+            array = permute_for_llama_cpp(array, config.num_attention_heads)
         if name.endswith("k_proj.weight"):
-            array = _permute_for_llama_cpp(array, config.num_key_value_heads)
+            array = permute_for_llama_cpp(array, config.num_key_value_heads)
         if name.startswith("model.layers."):
             index, rest = name[len("model.layers."):].split(".", 1)
             target = "blk.{}.{}".format(index, GGUF_NAMES[rest])
