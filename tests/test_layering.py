@@ -67,7 +67,7 @@ def _known(name, modules):
 
 def imports_of(module, source, modules):
     """The modules of `modules` that `module` imports anywhere in `source` (function-level
-    imports too): `from p import m` counts as importing p.m when that is a module."""
+    imports too): `from p import m` counts as importing p, and p.m when that is a module."""
     is_package = modules[module].endswith("__init__.py")
     found = set()
     for node in ast.walk(ast.parse(source)):
@@ -82,9 +82,12 @@ def imports_of(module, source, modules):
                 if base not in modules:   # a relative import of nothing: report it
                     found.add("<missing {}>".format(base))
                     continue
+            # `from p import m` runs p's __init__ too, so it imports p as well as p.m
+            found.add(_known(base, modules))
             for alias in node.names:
                 child = base + "." + alias.name
-                found.add(child if child in modules else _known(base, modules))
+                if child in modules:
+                    found.add(child)
     found.discard(None)
     found.discard(module)
     return found

@@ -24,7 +24,7 @@ from ..quant import dequantize, registry
 from ..tensor import ModelFile
 from .config import ModelConfig, config_from_apr, config_from_gguf, config_from_hf
 from .families import Family, Resolved, contracts, resolve_tensors
-from . import fused  # noqa: F401  (registers the fused kinds' numpy references)
+from .fused import KINDS as _FUSED_KINDS  # noqa: F401  (registers the fused kinds' numpy references)
 from .kv_cache import KVCache
 from .layers import ACTIVATION_FNS, Norm, Rope, rms_norm
 from .weights import Linear, matmul_group

@@ -27,7 +27,7 @@ import numpy as np
 from ..dtypes import DType, by_name
 from ..errors import AprError, ErrorCode
 from ..tensor import RawTensor
-from . import registry
+from .registry import lookup, supported
 
 # 128 Ki elements per kernel call (measured, bench/quant.py): kernels write float32
 # straight into the result and keep only byte-sized scratch (~128-512 KiB per chunk), which
@@ -233,18 +233,18 @@ def quantize(values: Any, dtype: DTypeLike) -> bytes:
 def supported_types(kind: str = "dequantize") -> Tuple[str, ...]:
     """Names of the dtypes with a registered `kind` ("dequantize" or "quantize") kernel."""
     _load_kernels()
-    return registry.supported(kind)
+    return supported(kind)
 
 
 def _load_kernels() -> None:
     # Imported on first use (they register themselves); keeps `import apr_core.quant` cheap.
-    from . import kernels  # noqa: F401
+    from .kernels import MODULES  # noqa: F401
 
 
 def reference_kernel(kind: str, dtype_name: str) -> Kernel:
     """The numpy kernel of `kind` ("dequantize" / "quantize") for a dtype."""
     _load_kernels()
-    return registry.lookup(kind, dtype_name)
+    return lookup(kind, dtype_name)
 
 
 __all__ = ["dequantize", "dequantize_raw", "dequantize_rows", "quantize", "supported_types", "reference_kernel",

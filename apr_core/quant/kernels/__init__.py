@@ -1,9 +1,13 @@
 """numpy kernels; importing this package registers every one of them in the registry."""
-from . import floats  # noqa: F401
-from . import legacy  # noqa: F401
-from . import kquants  # noqa: F401
-from . import iquants  # noqa: F401
-from . import iquants_grid  # noqa: F401
-from . import quantize_floats  # noqa: F401
-from . import quantize_legacy  # noqa: F401
-from . import quantize_kquants  # noqa: F401
+from . import floats
+from . import legacy
+from . import kquants
+from . import iquants
+from . import iquants_grid
+from . import quantize_floats
+from . import quantize_legacy
+from . import quantize_kquants
+
+# the kernel modules, each registered on import
+MODULES = (floats, legacy, kquants, iquants, iquants_grid, quantize_floats, quantize_legacy,
+           quantize_kquants)
