@@ -31,6 +31,11 @@ from apr_core.errors import AprError, ErrorCode
 from .. import backends
 from .common import emit_json, resolve_model
 
+COMMANDS = {
+    "bench": "prefill/decode speed, TTFT, load time and peak RSS, optionally against "
+        "llama.cpp and torch",
+}
+
 RUNTIMES = ("apr", "llama.cpp", "torch")
 LABELS = {"apr": "apr", "llama.cpp": "llama.cpp (llama-cpp-python)",
           "torch": "transformers+torch f32"}

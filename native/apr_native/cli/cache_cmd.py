@@ -15,6 +15,13 @@ from apr_core.errors import AprError, ErrorCode
 from ..config import models_dir, wants_json
 from .common import emit_json, human_bytes
 
+COMMANDS = {
+    "list": "list cached models ($APR_CACHE)",
+    "ls": None,
+    "rm": "remove a cached model",
+    "remove": None,
+}
+
 
 def entries() -> List[Dict[str, Any]]:
     root = models_dir()

@@ -31,6 +31,8 @@ from apr_core.stats import logical_tensors, tensor_stats, tensor_values
 from ..config import wants_json
 from .common import EXIT_OK, EXIT_VALIDATION, check_output, emit_json, resolve_model
 
+COMMANDS = {"canary": "regression canaries: tensor statistics snapshots"}
+
 MEAN_DRIFT = 0.10
 STD_DRIFT = 0.20
 NEAR_ZERO_MEAN = 0.1     # the mean's denominator is at least this fraction of the std

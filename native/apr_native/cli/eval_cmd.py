@@ -17,6 +17,8 @@ from apr_core.errors import AprError, ErrorCode
 
 from .common import EXIT_OK, EXIT_VALIDATION, emit_json, quiet
 
+COMMANDS = {"eval": "perplexity on a local text file, as llama-perplexity computes it"}
+
 
 def _read_text(path: str) -> str:
     if not os.path.isfile(path):

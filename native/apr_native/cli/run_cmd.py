@@ -10,6 +10,11 @@ from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
 from .common import emit_json
 
+COMMANDS = {
+    "run": "generate text from a prompt",
+    "chat": "chat with a model (interactive, or one turn per stdin line)",
+}
+
 
 def sampler_from(args: argparse.Namespace) -> SamplerConfig:
     return SamplerConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -21,6 +21,8 @@ from .. import backends
 from ..engine import DEFAULT_KV_MEMORY, EngineOptions
 from .common import parse_size, quiet, resolve_model
 
+COMMANDS = {"serve": "serve a model over an OpenAI-compatible HTTP API"}
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 

@@ -18,6 +18,11 @@ from apr_core.errors import AprError, ErrorCode
 
 from .common import EXIT_OK, EXIT_VALIDATION, check_output, emit_json
 
+COMMANDS = {
+    "trace": "follow a prompt through the model layer by layer: statistics, timing, "
+        "anomalies, a diff against another model",
+}
+
 DEFAULT_PROMPT = "The capital of France is"
 
 
