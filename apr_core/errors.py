@@ -24,6 +24,10 @@ class ErrorCode(enum.Enum):
     E010 = ("NOT_FOUND", "Tensor or key not found", 2)
     E011 = ("ARGUMENT", "Invalid argument", 2)
     E012 = ("VALIDATION", "Validation failed", 5)
+    # Models by reference (hf://, URLs): exit 3 is seed 000 §4.15.8's "network error".
+    E013 = ("NETWORK", "Network or remote repository error", 3)
+    E014 = ("AUTH", "Authentication required", 3)
+    E015 = ("OFFLINE", "Not in the cache and offline", 3)
 
     @property
     def category(self) -> str:

@@ -19,7 +19,7 @@ SHELL = os.path.join("web", "src")            # the browser shell's Python modul
 LAYERS = [
     ("base", ["apr_core", "apr_core.errors", "apr_core.dtypes", "apr_core.io",
               "apr_core.tensor", "apr_core.atomic", "apr_core.json_files", "apr_core.hparams",
-              "apr_core.integrity",
+              "apr_core.integrity", "apr_core.refs",
               "apr_core.codecs",
               "apr_core.crypto"]),
     ("formats", ["apr_core.formats"]),           # read and write, no conversion

@@ -20,9 +20,15 @@ from . import backends
 
 
 def resolve_model(name: str) -> str:
-    """A path on disk, or a built-in model name such as `demo` (located and verified)."""
+    """A path on disk, a model reference (`hf://ORG/REPO[...]`, `https://...`: fetched into
+    the cache and verified), a model named in apr.toml (at its apr.lock revision), or a
+    built-in model name such as `demo` (located and verified)."""
     if os.path.exists(name):
         return name
+    from . import project, references
+    path = references.resolve(name) or project.resolve_name(name)
+    if path is not None:
+        return path
     from . import real_models
     if name in real_models.MODELS:
         return str(real_models.locate(name))

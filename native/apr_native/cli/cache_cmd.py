@@ -1,7 +1,12 @@
-"""`apr list` / `apr rm`: the model cache (`$APR_CACHE/models`, seed 004 §2.5).
+"""`apr list` / `apr rm` / `apr cache info|clear`: the model cache (`$APR_CACHE/models`,
+seed 004 §2.5) and the models apr fetched by reference (`apr pull`, `hf://`, URLs).
 
 `apr import SOURCE` without `-o` writes there; `apr list` shows what is cached and `apr rm
-NAME` removes one entry (a bare file name inside the cache: never a path outside it).
+NAME` removes one entry (a bare file name inside the cache: never a path outside it);
+`apr rm REF` removes a pulled reference's files (from the shared Hugging Face cache: a blob
+only when no other snapshot links to it). `apr cache info` shows the directories and their
+sizes, `apr cache clear` removes every pulled reference, URL blob and partial download
+(`--models` also the imported models).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ COMMANDS = {
     "ls": None,
     "rm": "remove a cached model",
     "remove": None,
+    "cache": "the cache: info (directories, sizes), clear (pulled models, downloads)",
 }
 
 
@@ -38,11 +44,18 @@ def entries() -> List[Dict[str, Any]]:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from .. import hub_store
     rows = entries()
+    pulled = hub_store.entries()
     if wants_json(args):
-        emit_json({"cache": str(models_dir()), "models": rows})
+        emit_json({"cache": str(models_dir()), "models": rows, "pulled": pulled,
+                   "hf_cache": str(hub_store.hf_cache_dir())})
         return 0
-    if not rows:
+    for row in pulled:
+        print("{:<40} {:>12}  {}{}".format(row["name"], human_bytes(row["bytes"]),
+                                           (row["revision"] or "")[:12],
+                                           "" if row["present"] else "  (files missing)"))
+    if not rows and not pulled:
         print("no cached models in {}".format(models_dir()))
     for row in rows:
         print("{:<40} {:>12}  {}".format(row["name"], human_bytes(row["bytes"]),
@@ -52,6 +65,14 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_rm(args: argparse.Namespace) -> int:
     name = args.name
+    from .. import hub_store
+    if name in hub_store.records():
+        result = hub_store.forget(name)
+        if wants_json(args):
+            emit_json(result)
+        else:
+            print("removed {} ({})".format(name, human_bytes(result["bytes"])))
+        return 0
     if not name or os.sep in name or (os.altsep and os.altsep in name) or \
             name in (".", "..") or name.startswith("."):
         raise AprError(ErrorCode.ARGUMENT, "give a cached model's name (see apr list), "
@@ -74,6 +95,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_list)
     p = sub.add_parser("rm", aliases=["remove"], help="remove a cached model")
-    p.add_argument("name")
+    p.add_argument("name", help="a cached model's name, or a pulled reference (apr list)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_rm)
+    p = sub.add_parser("cache", help=COMMANDS["cache"])
+    p.add_argument("action", choices=["info", "clear"])
+    p.add_argument("--models", action="store_true",
+                   help="clear: also the imported models in $APR_CACHE/models")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_cache)
+
+
+def run_cache(args: argparse.Namespace) -> int:
+    from .. import hub_store
+    if args.action == "info":
+        result = hub_store.usage()
+        if wants_json(args):
+            emit_json(result)
+            return 0
+        print("apr cache:  {}".format(result["apr_cache"]))
+        print("HF cache:   {}{}".format(result["hf_cache"],
+                                        "  (offline)" if result["offline"] else ""))
+        for key in ("models", "url_blobs", "partial_downloads"):
+            print("  {:<18} {:>5} files {:>12}".format(key, result[key]["files"],
+                                                        human_bytes(result[key]["bytes"])))
+        print("  {:<18} {:>5} refs  {:>12}".format("pulled", result["pulled"]["references"],
+                                                    human_bytes(result["pulled"]["bytes"])))
+        return 0
+    result = hub_store.clear(include_models=args.models)
+    if wants_json(args):
+        emit_json(result)
+    else:
+        print("removed {} reference(s), {} freed".format(len(result["removed"]),
+                                                        human_bytes(result["bytes"])))
+    return 0

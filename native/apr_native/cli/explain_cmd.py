@@ -60,6 +60,16 @@ ERROR_HELP = {
     "E012": ("The model failed a validation check (statistics, shapes, contract).",
              ["NaN/Inf weights", "LayerNorm weights scaled by mistake", "Wrong tensor mapping"],
              ["Run `apr validate --quality FILE`", "Use `apr tensors --hist NAME` to look"]),
+    "E013": ("A model reference (hf://, http(s)://) could not be fetched or resolved.",
+             ["No network", "Repository, revision or file does not exist",
+              "A download interrupted too often"],
+             ["Check the reference with `apr pull REF`", "Set HF_ENDPOINT for a mirror"]),
+    "E014": ("The repository is gated or private and needs a token.",
+             ["HF_TOKEN not set", "Token without access to the repository"],
+             ["Accept the model's terms on the Hub", "Set HF_TOKEN=hf_... and retry"]),
+    "E015": ("Offline mode (APR_OFFLINE=1 or HF_HUB_OFFLINE=1) and the reference is not cached.",
+             ["The model was never pulled", "It was removed with `apr rm`"],
+             ["Run `apr pull REF` while online", "Unset APR_OFFLINE / HF_HUB_OFFLINE"]),
 }
 
 # Role of a tensor by its name, GGUF and HF/Whisper spellings; the first match applies.
