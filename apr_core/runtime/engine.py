@@ -42,6 +42,7 @@ class EngineOptions:
     kv_memory: int = DEFAULT_KV_MEMORY   # bytes the KV block pool may hold
     block_size: int = DEFAULT_BLOCK_SIZE     # positions per KV block
     prefix_cache: bool = True            # share KV blocks of identical prompt prefixes
+    chat_template: Optional[str] = None  # replaces the model's: a built-in name or Jinja
 
 
 class Engine:
@@ -74,6 +75,8 @@ class Engine:
             from ..model import Transformer
             model = TextModel(Transformer.from_path(path, options.dequantize, opener, kernels),
                               None)
+        if options.chat_template and model.tokenizer is not None:
+            model.chat_template = options.chat_template
         return cls(model, options, os.fspath(path), time.perf_counter() - start)
 
     @property

@@ -124,6 +124,15 @@ class TextModel:
         return render_chat(messages, self.chat_template, add_generation_prompt,
                            bos_token=bos, eos_token=eos, **extra)
 
+    def check_template(self) -> Dict[str, Any]:
+        """Render the probe conversations with this model's template (`chat_probe`):
+        its `AprError` when the template is broken or over budget, else what it learned."""
+        from ..text.chat_probe import probe_template
+        tok = self.tokenizer
+        bos = tok.decode([tok.bos_id]) if tok.bos_id is not None else ""
+        eos = tok.decode([tok.eos_id]) if tok.eos_id is not None else ""
+        return probe_template(self.chat_template, bos, eos)
+
     def prompt_ids(self, prompt: str, chat: bool = False, system: Optional[str] = None
                    ) -> List[int]:
         """Token ids for a plain prompt, or for one user turn through the chat template."""

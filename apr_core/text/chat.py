@@ -14,9 +14,12 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..errors import AprError, ErrorCode
+from .chat_sandbox import DEFAULT_LIMITS, Limits, guard_filter, render_bounded
+from .chat_sandbox import environment as sandbox_environment
 
 Message = Mapping[str, Any]
 
@@ -44,13 +47,15 @@ def detect_template(template: Optional[str]) -> Optional[str]:
 
 def render_chat(messages: Sequence[Message], template: Optional[str] = None,
                 add_generation_prompt: bool = True, bos_token: str = "",
-                eos_token: str = "", **extra: Any) -> str:
+                eos_token: str = "", limits: Optional[Limits] = None,
+                **extra: Any) -> str:
     """Prompt text for `messages` ([{"role": ..., "content": ...}, ...]).
 
     `template` is a Jinja chat template, a built-in name (`BUILTIN_TEMPLATES`) or None
     (ChatML). Extra keyword arguments (tools, documents, enable_thinking, ...) reach the
     Jinja template as variables; built-in renderers ignore them except `tools`, which they
-    refuse rather than silently drop.
+    refuse rather than silently drop. A Jinja render runs under `limits` (default
+    `DEFAULT_LIMITS`); past one it raises E008 naming the limit.
     """
     messages = [_check_message(m, i) for i, m in enumerate(messages)]
     is_name = template is None or template.strip().lower() in BUILTIN_TEMPLATES
@@ -58,7 +63,7 @@ def render_chat(messages: Sequence[Message], template: Optional[str] = None,
         environment = _jinja_environment()
         if environment is not None:
             return _render_jinja(environment, template, messages, add_generation_prompt,
-                                 bos_token, eos_token, extra)
+                                 bos_token, eos_token, extra, limits)
     family = detect_template(template)
     if family is None:
         raise AprError(ErrorCode.UNSUPPORTED, "chat template not recognised and jinja2 is "
@@ -97,23 +102,19 @@ def _text(message: Message) -> str:
 # -- Jinja --------------------------------------------------------------------------------
 
 _environment: Any = None
-_compiled: Dict[str, Any] = {}
+_compiled: "OrderedDict[str, Any]" = OrderedDict()
+_COMPILED_KEPT = 16             # templates kept compiled (a server renders one or two)
 
 
 def _jinja_environment() -> Any:
-    """HF's chat-template environment, or None without jinja2 (imported on every call so
-    a blocked import is noticed)."""
+    """HF's chat-template environment inside the bounded sandbox (`chat_sandbox`), or None
+    without jinja2 (imported on every call so a blocked import is noticed)."""
     global _environment
-    try:
-        import jinja2  # noqa: F401  (the import is the availability test)
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
+    env = sandbox_environment()
+    if env is None:
         return None
-    if _environment is None:
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=[loopcontrols])
-        env.filters["tojson"] = _tojson
+    if _environment is not env:
+        env.filters["tojson"] = guard_filter("tojson", _tojson)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
         _environment = env
@@ -136,22 +137,50 @@ def _raise_exception(message: str) -> None:
     raise _TemplateRaised(message)
 
 
+def _input_chars(messages: List[Dict[str, Any]], extra: Dict[str, Any]) -> int:
+    """How much text the caller handed the template (its output may grow with it)."""
+    try:
+        return len(json.dumps([messages, extra], default=str))
+    except (TypeError, ValueError, RecursionError):
+        return 0
+
+
+def _compile(environment: Any, template: str) -> Any:
+    compiled = _compiled.get(template)
+    if compiled is None:
+        compiled = environment.from_string(template)
+        _compiled[template] = compiled
+        while len(_compiled) > _COMPILED_KEPT:
+            _compiled.popitem(last=False)
+    return compiled
+
+
 def _render_jinja(environment: Any, template: str, messages: List[Dict[str, Any]],
                   add_generation_prompt: bool, bos_token: str, eos_token: str,
-                  extra: Dict[str, Any]) -> str:
+                  extra: Dict[str, Any], limits: Optional[Limits]) -> str:
     import jinja2
+    variables = dict(extra, messages=messages, add_generation_prompt=add_generation_prompt,
+                     bos_token=bos_token, eos_token=eos_token)
     try:
-        compiled = _compiled.get(template)
-        if compiled is None:
-            compiled = _compiled[template] = environment.from_string(template)
-        return compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               bos_token=bos_token, eos_token=eos_token, **extra)
+        return render_bounded(_compile(environment, template), variables,
+                                           limits or DEFAULT_LIMITS,
+                                           _input_chars(messages, extra))
+    except AprError:
+        raise
     except _TemplateRaised as exc:
         raise AprError(ErrorCode.ARGUMENT, "chat template rejected the conversation: "
                        + str(exc)) from exc
     except jinja2.TemplateError as exc:
         raise AprError(ErrorCode.FORMAT, "chat template failed to render",
                        error=str(exc)) from exc
+    except (MemoryError, RecursionError, OverflowError) as exc:
+        # Allocations past the address-space limit, endless macro recursion, huge numbers.
+        raise AprError(ErrorCode.MEMORY, "chat template exceeded a limit: {}".format(
+            type(exc).__name__), limit="memory" if isinstance(exc, MemoryError)
+            else "recursion" if isinstance(exc, RecursionError) else "size") from None
+    except Exception as exc:    # whatever a template's own code raised (TypeError, ...)
+        raise AprError(ErrorCode.FORMAT, "chat template failed to render",
+                       error="{}: {}".format(type(exc).__name__, exc)) from None
 
 
 # -- built-in renderers --------------------------------------------------------------------

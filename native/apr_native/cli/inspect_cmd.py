@@ -18,7 +18,7 @@ from apr_core.formats.open import open_model
 from apr_core.quant import dequantize
 from apr_core.tensor import ModelFile
 
-from . import model_info
+from . import chat_template_arg, model_info
 from .common import emit_json, human_bytes, resolve_model
 from .render import console, histogram_lines, print_table, progress, wants_json
 
@@ -52,6 +52,7 @@ def summary(model: ModelFile, path: str, full: bool = False) -> Dict[str, Any]:
         model_info.declared_vocab_size(meta)
     found = model_info.family(model, meta)
     out["family"] = found[0].name if found else None
+    out["chat_template"] = chat_template_arg.summary(meta)
     out["warnings"] = list(getattr(model, "warnings", []) or [])
     out["metadata"] = dict(model.metadata) if full else \
         {k: _short(v) for k, v in model.metadata.items()}
@@ -111,6 +112,7 @@ def _print_summary(info: Dict[str, Any], args: argparse.Namespace) -> None:
     out.print("=== {} ===".format(info["path"]))
     lines = [("Format", info["format"]), ("Version", info.get("version")),
              ("Family", info.get("family")),
+             ("Template", _template_line(info.get("chat_template"))),
              ("Size", human_bytes(info["file_size"]) if info["file_size"] is not None else None),
              ("Tensors", "{:,}".format(info["tensor_count"])),
              ("Parameters", "{:,}".format(info["parameters"])),
@@ -144,6 +146,22 @@ def _print_summary(info: Dict[str, Any], args: argparse.Namespace) -> None:
         print_table("Tensors", ["name", "dtype", "shape", "size"],
                     [(t["name"], t["dtype"], "x".join(map(str, t["shape"])) or "scalar",
                       human_bytes(t["nbytes"])) for t in info["tensors"]], right=["size"])
+
+
+def _template_line(template: Any) -> Any:
+    """`Template:` in the summary: none, or its family, the built-in it renders like and
+    whether it passes the load-time probe."""
+    if not template:
+        return None
+    if not template["present"]:
+        return "none (run/chat complete raw text; --chat-template NAME|FILE adds one)"
+    parts = ["{} chars".format(template["chars"]),
+             "{} markers".format(template["family"]) if template["family"] else "custom"]
+    if template["builtin"]:
+        parts.append("renders as built-in '{}'".format(template["builtin"]))
+    check = template["check"]
+    parts.append("probe ok" if check == "ok" else "BROKEN: {}".format(check))
+    return ", ".join(parts)
 
 
 def run_tensors(args: argparse.Namespace) -> int:

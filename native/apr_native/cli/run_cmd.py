@@ -8,6 +8,7 @@ from apr_core.runtime.sampling import SamplerConfig
 
 from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
+from . import chat_template_arg
 from .common import emit_json
 
 COMMANDS = {
@@ -25,8 +26,10 @@ def sampler_from(args: argparse.Namespace) -> SamplerConfig:
 def load(args: argparse.Namespace) -> Engine:
     """The engine for `args.model` with `--backend` / `--dequantize` (the same loader every
     command and the server use); `args.backend` becomes the backend it chose."""
-    engine = load_engine(args.model, EngineOptions(backend=args.backend,
-                                                   dequantize=args.dequantize))
+    engine = load_engine(args.model, EngineOptions(
+        backend=args.backend, dequantize=args.dequantize,
+        chat_template=chat_template_arg.option(args)))
+    chat_template_arg.check_run(args, engine.model)     # run/chat: a broken template, once
     args.backend = engine.backend
     args.load_seconds = engine.load_seconds
     return engine
@@ -91,6 +94,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--system", help="system prompt (chat)")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    chat_template_arg.add_argument(p)
     add_runtime_arguments(p)
 
 

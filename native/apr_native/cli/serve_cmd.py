@@ -19,6 +19,7 @@ from apr_core.errors import AprError, ErrorCode
 
 from .. import backends
 from ..engine import DEFAULT_KV_MEMORY, EngineOptions
+from . import chat_template_arg
 from .common import parse_size, quiet, resolve_model
 
 COMMANDS = {"serve": "serve a model over an OpenAI-compatible HTTP API"}
@@ -54,10 +55,14 @@ def run_serve(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and not api_key:
         print("apr: warning: serving on {} without --api-key: anyone who can reach it may "
               "use it".format(args.host), file=sys.stderr)
+    path = resolve_model(args.model)
+    template = chat_template_arg.option(args)
+    # A template that cannot render would fail every chat request: refuse to start.
+    chat_template_arg.check_before_serving(path, template)
     options = EngineOptions(backend=args.backend, dequantize=args.dequantize,
                             max_batch=args.max_batch, kv_memory=kv_memory,
-                            prefix_cache=not args.no_prefix_cache)
-    engine = ServingEngine(resolve_model(args.model), args.model_id or model_id_for(args.model),
+                            prefix_cache=not args.no_prefix_cache, chat_template=template)
+    engine = ServingEngine(path, args.model_id or model_id_for(args.model),
                            options, max_queue=args.max_queue)
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
                               max_body=parse_size(args.max_body),
@@ -96,4 +101,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dequantize", action="store_true",
                    help="dequantize weights to f32 at load (faster decode, more memory)")
     p.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+    chat_template_arg.add_argument(p)
     p.set_defaults(func=run_serve)
