@@ -1,5 +1,6 @@
-"""Real chat models answer correctly through `apr run` (seed 004 §7.1), from GGUF and from the
-same model converted to APR v2 — the user-visible end of the whole pipeline."""
+"""Real chat models answer correctly through `apr run` with no flag (seed 004 §7.1; the chat
+template applies by default), from GGUF and from the same model converted to APR v2 — the
+user-visible end of the whole pipeline."""
 import json
 import os
 import subprocess
@@ -13,10 +14,12 @@ pytestmark = [pytest.mark.native, pytest.mark.real_model]
 def apr_run(model, prompt, max_tokens):
     env = dict(os.environ, APR_QUIET="1")
     done = subprocess.run([sys.executable, "-m", "apr_native.cli.main", "run", model, prompt,
-                           "--chat", "--temperature", "0", "-n", str(max_tokens), "--json"],
+                           "--temperature", "0", "-n", str(max_tokens), "--json"],
                           capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    result = json.loads(done.stdout)
+    assert result["template"] == "chatml"       # both models' own templates are ChatML
+    return result
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def test_apr_run_on_hf_directory_matches_transformers(hf_dir):
     want = out[0, len(ids):].tolist()
     env = dict(os.environ, APR_QUIET="1")
     done = subprocess.run([sys.executable, "-m", "apr_native.cli.main", "run", path, prompt,
-                           "-n", "8", "--json"], capture_output=True, text=True, env=env)
+                           "--raw", "-n", "8", "--json"], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)["token_ids"]
     # apr stops at the tokenizer's end-of-generation ids; transformers was told not to
