@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Generator, Iterator, List, Optional, Sequence
 
 from ..errors import AprError, ErrorCode
 from ..quant import registry
@@ -137,15 +137,20 @@ class Engine:
                 scheduler.cancel(state)
 
     def stream(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
-               max_tokens: int = 128, stop: Sequence[str] = ()) -> Iterator[Piece]:
-        """Pieces of one greedy (or sampled) generation, as `TextModel.stream` gives."""
+               max_tokens: int = 128, stop: Sequence[str] = ()
+               ) -> Generator[Piece, None, str]:
+        """Pieces of one greedy (or sampled) generation, as `TextModel.stream` gives; the
+        generator returns the finish reason ("stop", "length", ...)."""
         request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
                                     max_tokens, tuple(stop))
         for event in self.events(request):
             if isinstance(event, TokenEvent):
                 yield Piece(event.token_id, event.text)
-            elif isinstance(event, FinishEvent) and event.text:
-                yield Piece(-1, event.text)
+            elif isinstance(event, FinishEvent):
+                if event.text:
+                    yield Piece(-1, event.text)
+                return event.finish_reason
+        return "length"
 
     def generate(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
                  max_tokens: int = 128, stop: Sequence[str] = ()) -> Generation:

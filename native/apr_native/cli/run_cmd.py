@@ -1,4 +1,7 @@
-"""`apr run` (one prompt) and `apr chat` (an interactive or piped conversation)."""
+"""`apr run` (one prompt) and `apr chat` (an interactive or piped conversation).
+
+Both apply the model's chat template by default when it has one, as llama-cli, ollama and
+mlx_lm do; `--raw` completes the text as given (`prompting.py` holds the rule)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +12,7 @@ from apr_core.runtime.sampling import SamplerConfig
 from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
 from . import chat_template_arg
+from . import prompting
 from .common import emit_json
 
 COMMANDS = {
@@ -36,26 +40,41 @@ def load(args: argparse.Namespace) -> Engine:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    prompt = prompting.read_prompt(args)
     engine = load(args)
-    ids = engine.model.prompt_ids(args.prompt, chat=args.chat, system=args.system)
+    ids, template = prompting.prompt_ids(args, engine.model, prompt)
     sampler = sampler_from(args)
     if args.json:
-        result = engine.generate(ids, sampler, args.max_tokens, args.stop or ()).as_dict()
+        generation = engine.generate(ids, sampler, args.max_tokens, args.stop or ())
+        prompting.warn_if_empty(args, engine.model, template, len(generation.token_ids))
+        result = generation.as_dict()
         result["timings"]["load_s"] = round(args.load_seconds, 3)
         result["backend"] = args.backend
+        result["template"] = template
         emit_json(result)
         return 0
-    for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or ()):
+    generated = 0
+    pieces = engine.stream(ids, sampler, args.max_tokens, args.stop or ())
+    for piece in pieces:
+        generated += piece.token_id >= 0
         sys.stdout.write(piece.text)
         sys.stdout.flush()
-    sys.stdout.write("\n")
+    sys.stdout.write("\n")         # also when -n cut the answer mid-line
+    prompting.warn_if_empty(args, engine.model, template, generated)
     return 0
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    """Each input line is a user turn; the conversation history is kept across turns."""
+    """Each input line is a user turn; the conversation history is kept across turns.
+    Without a chat template (or with --raw) the lines and replies are one plain text."""
     engine = load(args)
     model = engine.model
+    chat = prompting.uses_template(args, model)
+    if not chat:
+        print("apr: {}: each line continues one plain text".format(
+            "--raw" if args.raw else "this model has no chat template (--chat for ChatML)"),
+            file=sys.stderr)
+    transcript = ""
     interactive = sys.stdin.isatty()
     messages = [{"role": "system", "content": args.system}] if args.system else []
     sampler = sampler_from(args)
@@ -71,15 +90,22 @@ def run_chat(args: argparse.Namespace) -> int:
             continue
         if text in ("/exit", "/quit"):
             break
-        messages.append({"role": "user", "content": text})
+        if chat:
+            messages.append({"role": "user", "content": text})
+            ids = model.chat_ids(messages)
+        else:
+            transcript += text + "\n"
+            ids = model.prompt_ids(transcript)
         reply = []
-        for piece in engine.stream(model.chat_ids(messages), sampler, args.max_tokens,
-                                   args.stop or ()):
+        for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or ()):
             reply.append(piece.text)
             sys.stdout.write(piece.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
-        messages.append({"role": "assistant", "content": "".join(reply)})
+        if chat:
+            messages.append({"role": "assistant", "content": "".join(reply)})
+        else:
+            transcript += "".join(reply) + "\n"
     return 0
 
 
@@ -92,7 +118,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int)
-    p.add_argument("--system", help="system prompt (chat)")
+    p.add_argument("--system", help="system prompt (implies the chat template)")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     chat_template_arg.add_argument(p)
     add_runtime_arguments(p)
@@ -107,13 +133,18 @@ def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="generate text from a prompt")
+    p = sub.add_parser("run", help="generate text from a prompt", description=(
+        "Generate text from a prompt. A chat model's prompt goes through its own chat "
+        "template by default (as one user turn); --raw completes the text as given; a "
+        "model without a template is always completed raw."))
     _common(p)
-    p.add_argument("prompt")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    p.add_argument("prompt", nargs="?", help="the prompt; '-' or none: read it from stdin")
+    p.add_argument("-f", "--file", help="read the prompt from this file (as llama-cli -f)")
+    prompting.add_template_arguments(p)
     p.add_argument("--json", action="store_true",
                    help="one JSON object: text, token_ids, timings")
     p.set_defaults(func=run_run)
     p = sub.add_parser("chat", help="chat with a model (interactive, or one turn per stdin line)")
     _common(p)
+    prompting.add_template_arguments(p)
     p.set_defaults(func=run_chat)
