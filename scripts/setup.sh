@@ -27,6 +27,10 @@ fi
 LLAMA_VERSION=0.3.36
 WHEELS="$APR_CACHE/wheels"
 mkdir -p "$WHEELS"
+if [ "${APR_SKIP_LLAMA:-0}" = "1" ] && [ -n "${CI:-}" ] && [ "${CI}" != "false" ]; then
+  echo "error: APR_SKIP_LLAMA=1 is refused under CI (llama.cpp is the oracle of many tests)" >&2
+  exit 1
+fi
 if [ "${APR_SKIP_LLAMA:-0}" != "1" ]; then
   if ! ls "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl >/dev/null 2>&1; then
     echo "building llama-cpp-python $LLAMA_VERSION (cached in $WHEELS afterwards)..."
@@ -52,8 +56,13 @@ for candidate in "$HOME"/.pyenv/versions/3.8*/bin/python python3.8; do
 done
 if [ -n "$PY38" ]; then
   [ -x .venv38/bin/python ] || "$PY38" -m venv .venv38
+  # the oracles that install on Python 3.8 + numpy 1.17 (gguf-py needs numpy >= 1.20 and
+  # HF tokenizers has no 3.8 wheel: tests/conftest.py deselects what needs them there)
   .venv38/bin/pip install $PIP_QUIET "numpy==1.17.5" pytest hypothesis lz4 zstandard \
-    gguf safetensors msgpack
+    gguf safetensors msgpack pynacl cryptography argon2-cffi jinja2 vermin
+elif [ -n "${CI:-}" ] && [ "${CI}" != "false" ]; then
+  echo "error: no Python 3.8 found; CI must run apr_core's tests on Python 3.8" >&2
+  exit 1
 else
   echo "note: no Python 3.8 found; the Python 3.8 compatibility run will be skipped"
 fi

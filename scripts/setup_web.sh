@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 export APR_CACHE="${APR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/apr}"
 
 if ! command -v npm >/dev/null 2>&1; then
+  if [ -n "${CI:-}" ] && [ "${CI}" != "false" ]; then
+    echo "error: npm not found; CI needs it for the browser shell and wasm_tests" >&2
+    exit 1
+  fi
   echo "note: npm not found; the browser shell and wasm_tests will be skipped"
   exit 0
 fi

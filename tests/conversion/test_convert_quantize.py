@@ -21,6 +21,8 @@ from apr_core.conversion.quality import QualityReport
 from apr_core.quant.recipes import gguf_name, plan
 from apr_core.tensor import LazyTensor
 
+# llama.cpp, torch and transformers: the main Python only
+pytestmark = [pytest.mark.native]
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (llama.cpp) not installed")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -21,7 +21,7 @@ from apr_core.errors import AprError, ErrorCode
 from apr_core.conversion.convert import convert
 from apr_core.formats.gguf import gguf_kv_block, read_gguf
 
-pytestmark = [pytest.mark.oracle]
+pytestmark = [pytest.mark.oracle, pytest.mark.native]
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (llama.cpp) not installed")
 torch = pytest.importorskip("torch")
@@ -254,10 +254,10 @@ def test_apr_keeps_the_directory_and_exports_the_same_gguf(hf_model, f32_gguf, t
         b.close()
 
 
+@pytest.mark.parametrize("hf_model", ["llama"], indirect=True)    # one case is enough
 def test_sentencepiece_style_tokenizer_is_refused(hf_model, tmp_path):
     family, directory, model = hf_model
-    if family != "llama" or _rope_params(model.config).get("rope_type") == "llama3":
-        pytest.skip("one case is enough")
+    assert family == "llama" and _rope_params(model.config).get("rope_type") != "llama3"
     copy = tmp_path / "spm"
     shutil.copytree(directory, str(copy))
     llama2 = _tokenizer_dir("llama2")

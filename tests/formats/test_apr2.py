@@ -335,16 +335,40 @@ def test_existing_file_kept_when_write_fails(tmp_path):
     assert info.value.code is ErrorCode.ARGUMENT
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
-                    reason="root ignores directory permissions")
+def _write_as_nobody(directory):
+    """write_apr2 into `directory` in a forked child that dropped root for `nobody`; the
+    child's exit status is 0 for E-IO with nothing written, 1 for a write that worked,
+    2 for any other outcome."""
+    pid = os.fork()
+    if pid == 0:                                        # the child: never returns
+        status = 2
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            write_apr2(os.path.join(directory, "m.apr"), [raw("a", F32, (2,))], {})
+            status = 1
+        except AprError as err:
+            status = 0 if err.code is ErrorCode.IO else 2
+        finally:
+            os._exit(status)
+    return os.waitpid(pid, 0)[1] >> 8
+
+
 def test_read_only_directory(tmp_path):
+    """An unwritable directory gives E-IO and leaves nothing behind. Root ignores directory
+    permissions, so as root the write runs in a child that dropped to `nobody`."""
     locked = tmp_path / "ro"
     locked.mkdir()
     locked.chmod(0o555)
     try:
-        with pytest.raises(AprError) as info:
-            write_apr2(locked / "m.apr", [raw("a", F32, (2,))], {})
-        assert info.value.code is ErrorCode.IO
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            for folder in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+                folder.chmod(folder.stat().st_mode | 0o005)   # let nobody reach it
+            assert _write_as_nobody(str(locked)) == 0
+        else:
+            with pytest.raises(AprError) as info:
+                write_apr2(locked / "m.apr", [raw("a", F32, (2,))], {})
+            assert info.value.code is ErrorCode.IO
         assert os.listdir(locked) == []
     finally:
         locked.chmod(0o755)

@@ -15,6 +15,7 @@ import os
 import struct
 
 import pytest
+from requires import needs
 
 from apr_core import dtypes
 from apr_core.io import BytesSource, CountingSource, FileSource
@@ -54,7 +55,7 @@ def _oracle_kv(reader):
 
 
 def _assert_same_as_oracle(ours, path):
-    gguf = pytest.importorskip("gguf")
+    import gguf
     reader = gguf.GGUFReader(str(path))
     values, types = _oracle_kv(reader)
     assert list(ours.metadata) == list(values)
@@ -76,8 +77,8 @@ def _gguf_py_file(path, alignment=None):
 
     Returns {name: (row-major numpy shape, bytes)} of the tensors it holds.
     """
-    gguf = pytest.importorskip("gguf")
-    np = pytest.importorskip("numpy")
+    import gguf
+    import numpy as np
     T, Q = gguf.GGUFValueType, gguf.GGMLQuantizationType
     rng = np.random.RandomState(7)
     w = gguf.GGUFWriter(str(path), "llama")
@@ -133,6 +134,7 @@ def _gguf_py_file(path, alignment=None):
     return tensors
 
 
+@needs("gguf")
 @pytest.mark.parametrize("alignment", [None, 64])
 def test_read_gguf_py_file(tmp_path, alignment):
     path = tmp_path / "g.gguf"
@@ -151,6 +153,7 @@ def test_read_gguf_py_file(tmp_path, alignment):
         assert ours.metadata["t.f32"] == struct.unpack("<f", struct.pack("<f", 0.1))[0]
 
 
+@needs("gguf")
 @pytest.mark.parametrize("alignment", [None, 64])
 def test_rewrite_gguf_py_file_byte_identical(tmp_path, alignment):
     path, out = tmp_path / "g.gguf", tmp_path / "ours.gguf"
@@ -186,6 +189,7 @@ def _our_kv():
     return kv, types
 
 
+@needs("gguf")
 def test_our_writer_read_by_gguf_py(tmp_path):
     kv, types = _our_kv()
     path = tmp_path / "ours.gguf"
@@ -258,6 +262,8 @@ def _real_model_path():
     return path
 
 
+@pytest.mark.real_model
+@needs("gguf")
 def test_real_model_matches_gguf_py(tmp_path):
     path = _real_model_path()
     src = CountingSource(FileSource(path))

@@ -11,6 +11,7 @@ import os
 import struct
 
 import pytest
+from requires import needs
 
 from apr_core.dtypes import ALL, BY_NAME
 from apr_core.errors import AprError, ErrorCode
@@ -379,6 +380,7 @@ def test_empty_file_with_empty_metadata(tmp_path):
     assert read_safetensors(path).metadata == {}
 
 
+@needs("torch")
 def test_torch_only_dtypes_both_ways(tmp_path):
     torch = pytest.importorskip("torch")
     st_torch = pytest.importorskip("safetensors.torch")
@@ -434,6 +436,7 @@ def _minilm_path():
     return path if os.path.isfile(path) else None
 
 
+@pytest.mark.real_model
 def test_real_minilm_file():
     path = _minilm_path()
     if path is None:
@@ -468,6 +471,7 @@ def test_open_dir_fallbacks(tmp_path):
     assert list(open_safetensors_dir(tmp_path / "other.safetensors").tensors) == ["b"]
 
 
+@needs("torch", "huggingface_hub")
 def test_sharding_matches_huggingface_hub(tmp_path):
     """huggingface_hub (what transformers saves and loads with) is the sharding oracle."""
     torch = pytest.importorskip("torch")

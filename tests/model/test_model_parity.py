@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 from apr_core.model import Transformer  # noqa: E402
 from llama_cpp_layout import GEMMA3_GGUF_NAMES, GGUF_NAMES, permute_for_llama_cpp  # noqa: E402
 
-pytestmark = [pytest.mark.oracle]
+pytestmark = [pytest.mark.oracle, pytest.mark.native]
 
 PROMPT = [3, 17, 200, 45, 9, 128, 77, 5, 250, 61, 33, 140]
 SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -41,7 +41,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is KiB on Linux")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="host: ru_maxrss is KiB on Linux only")
 def test_mmap_numba_generation_peak_rss_within_1_3x_file_size(smollm2_gguf):
     size, baseline, peak = model_run_rss(CHILD, smollm2_gguf)
     assert peak <= 1.3 * size + baseline

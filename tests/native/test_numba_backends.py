@@ -46,7 +46,7 @@ def test_selecting_a_backend_changes_nothing_else():
 def test_cuda_needs_a_device_or_the_simulator(monkeypatch):
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     if "cuda" in backends.available():
-        pytest.skip("a CUDA device is present")
+        pytest.skip("host: a CUDA device is present")
     with pytest.raises(AprError) as err:
         backends.select("cuda")
     assert err.value.code is ErrorCode.UNSUPPORTED

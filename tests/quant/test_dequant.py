@@ -135,6 +135,7 @@ def _n_blocks(name, shape):
 # --------------------------------------------------------------------------- oracle: gguf-py
 
 @pytest.mark.oracle
+@needs_gguf
 @pytest.mark.parametrize("name", GGUF_TYPES)
 @pytest.mark.parametrize("shape", [(1, 256), (3, 1280), (7, 40960)])
 def test_matches_gguf_py_with_finite_scales(name, shape):
@@ -146,6 +147,7 @@ def test_matches_gguf_py_with_finite_scales(name, shape):
 
 
 @pytest.mark.oracle
+@needs_gguf
 @pytest.mark.parametrize("name", GGUF_TYPES)
 def test_matches_gguf_py_on_raw_random_bytes(name):
     """inf/NaN scales give inf/NaN outputs exactly where ggml's do."""
