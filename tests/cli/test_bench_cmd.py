@@ -40,6 +40,8 @@ def test_bench_json_report(tiny):
     report = json.loads(done.stdout)
     assert report["file_bytes"] == os.path.getsize(tiny)
     assert len(report["prompt_ids"]) == 5 and all(0 <= i < 64 for i in report["prompt_ids"])
+    assert report["prompt"].startswith("5 fixed pseudo-random token ids")
+    assert "no chat template" in report["prompt"]     # unlike `apr run`'s default
     (result,) = report["results"]
     assert result["runtime"] == "apr" and result["backend"] == "numpy"
     assert len(result["runs"]) == 2

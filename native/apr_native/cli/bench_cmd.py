@@ -37,6 +37,10 @@ COMMANDS = {
 }
 
 RUNTIMES = ("apr", "llama.cpp", "torch")
+# What the prompt is, stated in every report: `apr run` applies a chat model's template by
+# default, the bench does not (its prompt is token ids, identical for every runtime).
+PROMPT_PATH = ("{} fixed pseudo-random token ids (seed {}): no text, no chat template; the "
+               "same ids reach every runtime")
 LABELS = {"apr": "apr", "llama.cpp": "llama.cpp (llama-cpp-python)",
           "torch": "transformers+torch f32"}
 PROMPT_SEED = 1234
@@ -234,6 +238,7 @@ def _print(path: str, ids: List[int], opts: Dict[str, Any], results: List[Dict[s
                               opts["warmup"], " in each of {} interleaved rounds".format(
                                   opts["rounds"]) if opts["rounds"] > 1 else "",
                               opts["threads"]))
+    print("  prompt: " + PROMPT_PATH.format(len(ids), PROMPT_SEED))
     print("  {:30s} {:>10s} {:>10s} {:>8s} {:>8s} {:>9s}".format(
         "runtime", "prefill/s", "decode/s", "TTFT s", "load s", "peak RSS"))
     for r in results:
@@ -274,6 +279,7 @@ def run_bench(args: argparse.Namespace) -> int:
     table = ratios(results)
     if args.json:
         emit_json({"model": path, "file_bytes": os.path.getsize(path), "prompt_ids": ids,
+                   "prompt": PROMPT_PATH.format(len(ids), PROMPT_SEED),
                    "options": opts, "results": results, "ratios": table})
     else:
         _print(path, ids, opts, results, table)
