@@ -42,7 +42,7 @@ class HubFile:
     source: Union[bytes, str]       # content, or a file on disk served without loading it
     size: int
     sha256: str
-    git_sha1: str
+    git_sha1: str       # git blob id: of the content, or of the LFS pointer for LFS files
     lfs: bool
 
     def read(self, start: int, end: int) -> bytes:
@@ -82,6 +82,10 @@ def make_file(path: str, source: Union[bytes, str], lfs: Optional[bool] = None) 
         sha256, sha1, size = _hash_file(source)
     if lfs is None:
         lfs = path.endswith(LFS_SUFFIXES)
+    if lfs:     # git stores the LFS pointer: its blob id (and the API's oid) is the pointer's
+        pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:{}\nsize {}\n" \
+            .format(sha256, size).encode()
+        sha1 = hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest()
     return HubFile(path, source, size, sha256, sha1, lfs)
 
 

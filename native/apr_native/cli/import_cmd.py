@@ -1,8 +1,8 @@
 """`apr import SOURCE [-o OUT.apr]`: SafeTensors (file, sharded, HF directory), GGUF or
 PyTorch (`.pt/.pth/.bin`, read by the restricted unpickler) into APR v2.
 
-The import pipeline (seed 000 §13): open the source (nothing is downloaded: `hf://` and
-URLs are refused with a one-line error), find its architecture (file metadata, else the
+The import pipeline (seed 000 §13): open the source (a reference -- `hf://ORG/REPO...`,
+`https://...` -- is fetched and verified first, as every command does), find its architecture (file metadata, else the
 tensor names, else `--arch`), check every tensor name against that architecture's name map
 (§10.8), optionally rename to the canonical APR names (`--names apr`), and write through
 `convert()` while every float tensor is checked inline (§10.10: NaN/Inf, norm means) --
@@ -193,7 +193,9 @@ def _cached(output: str, digest: Optional[str]) -> bool:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    source = args.source
+    from apr_core.refs import is_reference
+    from .common import resolve_model
+    source = resolve_model(args.source) if is_reference(args.source) else args.source
     single = os.path.isfile(source)
     if args.sha256 and not single:
         raise AprError(ErrorCode.ARGUMENT, "--sha256 needs a single-file source", path=source)

@@ -14,6 +14,7 @@ import tempfile
 from typing import Dict, List
 
 from apr_core.errors import AprError, ErrorCode
+from apr_core.refs import is_reference
 
 from .common import emit_json, human_bytes
 
@@ -36,7 +37,12 @@ def list_models(directory: str) -> List[Dict[str, object]]:
 def run_web(args: argparse.Namespace) -> int:
     from apr_native.web_bundle import missing_runtime, prepare_site, site_mounts
     from apr_native.web_server import StaticServer
-    directory = os.path.abspath(args.model_dir)
+    directory = args.model_dir
+    if is_reference(directory):          # hf://..., https://...: serve the fetched file's folder
+        from .common import resolve_model
+        fetched = resolve_model(directory)
+        directory = fetched if os.path.isdir(fetched) else os.path.dirname(fetched)
+    directory = os.path.abspath(directory)
     if not os.path.isdir(directory):
         raise AprError(ErrorCode.IO, "not a directory", path=args.model_dir)
     reason = missing_runtime(args.pyodide)
@@ -75,7 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("web", help="serve the browser demo and a model directory locally",
                        description=__doc__.split("\n\n")[1])
     p.add_argument("model_dir", metavar="MODEL_DIR",
-                   help="directory of models (.apr manifests, .gguf, .safetensors)")
+                   help="directory of models (.apr manifests, .gguf, .safetensors), or a "
+                        "reference (hf://ORG/REPO..., https://...) to fetch and serve")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--pyodide", choices=["017", "314"], default="017",
