@@ -11,7 +11,7 @@ from apr_core.errors import AprError, ErrorCode
 from apr_core.formats.apr2 import read_apr2, write_apr2
 from apr_core.formats.apr2_sign import INTEGRITY_ONLY, TRUSTED, sign_apr2, verify_apr2
 from apr_core.formats.open import open_model
-from apr_core.io import BytesSource
+from apr_core.io import BytesSource, CountingSource
 from apr_core.tensor import RawTensor
 
 pytestmark = pytest.mark.skipif(not crypto.available("sign_ed25519"),
@@ -92,14 +92,34 @@ def test_unsigned_or_other_format_with_trusted_key_is_e006(signed, tmp_path):
 
 
 def test_verification_happens_before_any_tensor_is_read(signed):
+    """Counted reads: the ranges a tensor read makes on the good file never occur when a
+    tampered copy is opened under a trusted key, and the only reads of the data region are
+    the signature check's hash stream (contiguous chunks from byte 0)."""
     _, out = signed
+    good = CountingSource(BytesSource(out.read_bytes()))
+    tensor_reads = set()
+    with open_model(good) as model:
+        data_offset = model.data_offset
+        for name in model.tensors:
+            before = len(good.ranges)
+            model.read_raw(name)
+            tensor_reads.update(good.ranges[before:])
+    assert tensor_reads and all(start >= data_offset for start, _ in tensor_reads)
     data = bytearray(out.read_bytes())
     data[-200] ^= 0xFF                      # a tensor byte
-    source = BytesSource(bytes(data))
+    source = CountingSource(BytesSource(bytes(data)))
     with pytest.raises(AprError) as info:
         open_model(source, trusted_key=KEY.public)
     assert info.value.code is ErrorCode.SIGNATURE
-    # nothing was opened: the model object never existed to read a tensor from
+    assert not tensor_reads & set(source.ranges), source.ranges
+    block_start = len(data) - 16 - 96       # footer, signature block
+    stream = [(start, length) for start, length in source.ranges
+              if start < block_start and start + length > data_offset]
+    position = 0
+    for start, length in sorted(stream):
+        assert start <= position, (start, position)       # no read jumps into the data
+        position = max(position, start + length)
+    assert position == block_start
 
 
 def test_sign_refuses_a_damaged_input(signed, tmp_path):
