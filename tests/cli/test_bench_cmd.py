@@ -19,9 +19,9 @@ pytestmark = pytest.mark.native
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def apr(*args):
+def apr(*args, **extra_env):
     env = dict(os.environ, APR_QUIET="1",
-               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "native")]))
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "native")]), **extra_env)
     return subprocess.run([sys.executable, "-m", "apr_native.cli.main"] + list(args),
                           capture_output=True, text=True, env=env)
 
@@ -51,6 +51,25 @@ def test_bench_json_report(tiny):
         2 / min(r["decode_s"] for r in result["runs"]))
     assert result["peak_rss_bytes"] > os.path.getsize(tiny) and result["load_s"] > 0
     assert report["ratios"] == {}
+    _same_inputs_everywhere(report, report["options"]["threads"])
+
+
+def _same_inputs_everywhere(report, threads):
+    """Every runtime's child saw the parent's prompt ids and every thread variable set to
+    --threads."""
+    for result in report["results"]:
+        assert result["prompt_ids"] == report["prompt_ids"], result["runtime"]
+        assert result["threads"] == threads
+        assert set(result["thread_env"].values()) == {str(threads)}, result["thread_env"]
+
+
+def test_bench_threads_override_the_environment(tiny):
+    """--threads wins over a thread count already in the caller's environment."""
+    done = apr("bench", tiny, "-p", "3", "-n", "2", "--repeats", "1", "--warmup", "0",
+               "--backend", "numpy", "--threads", "1", "--json",
+               APR_THREADS="7", OMP_NUM_THREADS="7", NUMBA_NUM_THREADS="2")
+    assert done.returncode == 0, done.stderr
+    _same_inputs_everywhere(json.loads(done.stdout), 1)
 
 
 @pytest.mark.real_model
@@ -63,6 +82,7 @@ def test_bench_compare_llama_cpp_prints_ratios(smollm2_gguf):
     report = json.loads(done.stdout)
     ours, peer = report["results"]
     assert peer["runtime"] == "llama.cpp"
+    _same_inputs_everywhere(report, report["options"]["threads"])
     ratio = report["ratios"]["llama.cpp"]
     assert ratio["prefill"] == pytest.approx(ours["prefill_tok_s"] / peer["prefill_tok_s"])
     assert ratio["decode"] == pytest.approx(ours["decode_tok_s"] / peer["decode_tok_s"])

@@ -120,6 +120,10 @@ def _torch_runner(path: str, opts: Dict[str, Any]) -> Runner:
 
 
 RUNNERS = {"apr": _apr_runner, "llama.cpp": _llama_cpp_runner, "torch": _torch_runner}
+# set to --threads in every child: apr's, numba's, and the BLAS/OpenMP pools torch and
+# llama.cpp's dependencies size themselves from
+THREAD_VARS = ("APR_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "MKL_NUM_THREADS")
 
 
 # --------------------------------------------------------------------------- worker
@@ -154,6 +158,8 @@ def measure(runtime: str, path: str, ids: List[int], opts: Dict[str, Any]) -> Di
         "prefill_tok_s": len(ids) / ttft, "decode_tok_s": (n - 1) / decode if n > 1 else None,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "backend": opts.get("backend"), "threads": opts["threads"], "runs": runs,
+        # what this child actually ran on: the parent's ids and thread settings
+        "prompt_ids": list(ids), "thread_env": {v: os.environ.get(v) for v in THREAD_VARS},
     }
 
 
@@ -185,7 +191,7 @@ def prompt_ids(path: str, count: int) -> List[int]:
 def _run_child(runtime: str, path: str, ids: List[int], opts: Dict[str, Any]) -> Dict[str, Any]:
     spec = json.dumps({"runtime": runtime, "path": path, "ids": ids, "opts": opts})
     env = dict(os.environ)
-    env.setdefault("APR_THREADS", str(opts["threads"]))
+    env.update((var, str(opts["threads"])) for var in THREAD_VARS)
     done = subprocess.run([sys.executable, "-m", "apr_native.cli.bench_cmd", spec],
                           capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
