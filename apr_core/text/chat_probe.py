@@ -25,8 +25,8 @@ _LAST = {"role": "user", "content": PROBE_TEXT}
 PROBES = ([_SYSTEM, _USER, _ASSISTANT, _LAST], [_USER, _ASSISTANT, _LAST], [_LAST])
 PROBE_TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}]
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name"}}, "required": ["city"]}}}]
 TOOL_CONVERSATION = [
     {"role": "user", "content": "Weather in Paris?"},
     {"role": "assistant", "content": "", "tool_calls": [{
@@ -72,17 +72,20 @@ def probe_template(template: Optional[str], bos_token: str = "", eos_token: str 
     if accepted is None:
         raise AprError(ErrorCode.FORMAT, "chat template rejects every probe conversation",
                        error=rejection)
-    tools = False
+    tools, tools_error = False, None
     if knows_tools(template):
+        # Templates differ in the tool shapes they expect, so only a runaway render (E008)
+        # condemns the template here; other failures mean "no tools with this shape".
         try:
             render_chat(TOOL_CONVERSATION, template, True, bos_token, eos_token, limits,
                         tools=PROBE_TOOLS)
             tools = True
         except AprError as err:
-            if err.code is not ErrorCode.ARGUMENT:
+            if err.code is ErrorCode.MEMORY:
                 raise _probe_error(err)
+            tools_error = str(err)
     return {"system": accepted[0]["role"] == "system", "turns": len(accepted),
-            "tools": tools, "matches": detect_template(template),
+            "tools": tools, "tools_error": tools_error, "matches": detect_template(template),
             "seconds": round(time.perf_counter() - start, 4)}
 
 
