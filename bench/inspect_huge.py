@@ -118,6 +118,7 @@ def main():
             if kind == "gguf":
                 try:
                     import gguf
+                    gguf.GGUFReader(path)  # warm-up too: module imports, page cache
                     start = time.perf_counter()
                     gguf.GGUFReader(path)
                     peer = time.perf_counter() - start

@@ -8,7 +8,8 @@
   apr `open_mmap` reading every tensor, `safetensors.numpy.load_file`, and `safe_open`
   reading every tensor.
 "Touch" variants sum one byte per 4 KiB page of every tensor, i.e. fault every page in,
-as a first forward pass would. Prints seconds and MB; not a test, no assertions.
+as a first forward pass would; llama.cpp's holds no arrays we can reach, so its "touch" is
+that first forward pass (one token through every layer), which reads every weight page. Prints seconds and MB; not a test, no assertions.
 """
 import argparse
 import json
@@ -44,6 +45,8 @@ elif kind == "llama.cpp":
     import llama_cpp
     llm = llama_cpp.Llama(path, n_ctx=64, verbose=False, n_threads=2)
     held = []
+    if touch:
+        llm.eval([llm.token_bos()])      # every weight page, read by one forward pass
 elif kind == "safetensors-load_file":
     from safetensors.numpy import load_file
     held = list(load_file(path).values())
