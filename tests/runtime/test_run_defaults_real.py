@@ -76,6 +76,18 @@ def test_raw_equals_a_model_without_template(smollm2_gguf, base_gguf):
     assert raw["prompt_tokens"] < forced["prompt_tokens"] < templated["prompt_tokens"]
 
 
+def test_chat_without_template_continues_plain_text(base_gguf):
+    line = "The capital of France is"
+    want = apr("run", base_gguf, line + "\n", "-n", "8")          # the transcript so far
+    assert want[0] == 0 and want[1].strip()
+    code, out, err = apr("chat", base_gguf, "-n", "8", stdin=line + "\n")
+    assert code == 0 and out == want[1]
+    assert "no chat template" in err
+    code, out, err = apr("chat", "demo", "--raw", "-n", "8", stdin=line + "\n")
+    assert code == 0 and out == apr("run", "demo", line + "\n", "--raw", "-n", "8")[1]
+    assert err.startswith("apr: --raw")
+
+
 def test_system_implies_chat_and_conflicts_with_raw():
     result = apr_json("run", "demo", QUESTION, "-n", "4", "--system", "Answer in French.")
     assert result["template"] == "chatml"
@@ -91,6 +103,8 @@ def test_prompt_from_stdin_and_file_equals_argument(tmp_path):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text(QUESTION + "\n")
     assert apr("run", "demo", "-f", prompt, "-n", "24") == want
+    code, _, err = apr("run", "demo", "-n", "1", stdin="")
+    assert code == 2 and "stdin was empty" in err
     code, _, err = apr("run", "demo", "some text", "-f", prompt)
     assert code == 2 and "not both" in err
     code, _, err = apr("run", "demo", "-f", tmp_path / "missing.txt")
@@ -129,3 +143,4 @@ def test_prompt_longer_than_context_is_a_coded_error(smollm2_gguf, tmp_path):
     assert "E011" in err and "context={}".format(context) in err and "Traceback" not in err
     tokens = int(err.split("prompt_tokens=")[1].split(")")[0].split(",")[0])
     assert tokens > context
+

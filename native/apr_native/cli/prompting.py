@@ -53,8 +53,11 @@ def read_prompt(args: argparse.Namespace) -> str:
     if sys.stdin.isatty():
         print("apr: reading the prompt from stdin (end it with Ctrl-D)", file=sys.stderr)
     stream = getattr(sys.stdin, "buffer", None)
-    return _text(stream.read(), "<stdin>") if stream is not None else \
-        _strip_line_break(sys.stdin.read())
+    data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    if not data:
+        raise AprError(ErrorCode.ARGUMENT, "no prompt: stdin was empty (give the prompt as "
+                       "an argument, with -f FILE, or pipe it in)")
+    return _text(data, "<stdin>")
 
 
 def _text(data: bytes, where: str) -> str:
