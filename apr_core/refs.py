@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 from urllib.parse import quote
 
 from .errors import AprError, ErrorCode
@@ -26,6 +26,8 @@ _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _QUANT = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 _URL = re.compile(r"^https?://[^/\s]+(/\S*)?$", re.IGNORECASE)
 SCHEMES = ("hf://", "http://", "https://")
+# the files of a Hugging Face model directory (config, weights, tokenizer, chat template)
+DIR_SUFFIXES = (".json", ".safetensors", ".txt", ".model", ".tiktoken", ".jinja")
 
 
 @dataclass(frozen=True)
@@ -128,3 +130,25 @@ def pick_gguf(ref: ModelRef, files: Iterable[str]) -> List[str]:
     raise AprError(ErrorCode.ARGUMENT, "{}{} in {}; name one with :QUANT or a path".format(
         what, tag, ref.repo), reference=ref.text,
         available=", ".join(available[:40]) or "(none)")
+
+
+def select_files(ref: ModelRef, names: List[str]) -> Tuple[List[str], str]:
+    """The files an `hf://` reference needs out of the repository's file `names`, and the
+    path the model is opened at: a file, or "" for the repository as an HF directory (a
+    sub-directory's name for a path naming one). Shared by the native fetcher and the
+    browser shell. E013 for a path the repository does not have; `pick_gguf`'s E011."""
+    if ref.path:
+        if ref.path in names:
+            return [ref.path], ref.path
+        prefix = ref.path.rstrip("/") + "/"
+        inside = [n for n in names if n.startswith(prefix) and "/" not in n[len(prefix):]
+                  and n.endswith(DIR_SUFFIXES)]
+        if inside:
+            return sorted(inside), ref.path.rstrip("/")
+        raise AprError(ErrorCode.NETWORK, "no such file in the repository",
+                       reference=ref.text, repo=ref.repo, path=ref.path)
+    root = [n for n in names if "/" not in n]
+    if not ref.quant and "config.json" in root and any(n.endswith(".safetensors") for n in root):
+        return sorted(n for n in root if n.endswith(DIR_SUFFIXES)), ""
+    picked = pick_gguf(ref, names)
+    return picked, picked[0]

@@ -14,6 +14,8 @@ huggingface.co does it:
   `X-Linked-Size`; always `X-Repo-Commit`;
 - `Range: bytes=A-` / `A-B` (206 + `Content-Range`) on every file;
 - gated repos: 401 + `X-Error-Code: GatedRepo` unless `Authorization: Bearer <token>`;
+- CORS on every answer (`Access-Control-Allow-Origin: *`, the headers above exposed) and
+  preflights answered, so the browser shell can use it from its own origin;
 - 404 with `X-Error-Code` RepoNotFound / RevisionNotFound / EntryNotFound.
 
 Faults for tests: `corrupt(sha256, data)` makes the CDN serve other bytes under a blob's
@@ -185,6 +187,9 @@ _API = re.compile(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?/?$")
 _TREE = re.compile(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$")
 _RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+CORS_EXPOSE = ", ".join(("X-Repo-Commit", "X-Linked-Etag", "X-Linked-Size", "ETag",
+                         "Content-Range", "Content-Length", "Accept-Ranges", "X-Error-Code",
+                         "X-Error-Message"))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -193,6 +198,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:     # quiet: tests read hub.requests
         pass
+
+    def end_headers(self) -> None:
+        # CORS as huggingface.co sends it, so a page on another origin (the browser shell)
+        # may read the API, follow the 302 and read the headers the Hub's clients use.
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.send_header("Access-Control-Expose-Headers", CORS_EXPOSE)
+        self.send_header("Cross-Origin-Resource-Policy", "cross-origin")
+        super().end_headers()
+
+    def do_OPTIONS(self) -> None:                      # a CORS preflight (Range, Authorization)
+        with self.owner._lock:
+            self.owner.requests.append({"method": "OPTIONS", "path": urlsplit(self.path).path,
+                                        "host": self.headers.get("Host"), "range": None,
+                                        "auth": False})
+        self.send_response(204)
+        self.send_header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
+        self.send_header("Access-Control-Allow-Headers", "Range, Authorization, Content-Type")
+        self.send_header("Access-Control-Max-Age", "86400")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def do_HEAD(self) -> None:
         self._handle(head=True)

@@ -19,12 +19,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from apr_core.atomic import atomic_output
 from apr_core.errors import AprError, ErrorCode
-from apr_core.refs import DEFAULT_ENDPOINT, ModelRef, pick_gguf
+from apr_core.refs import DEFAULT_ENDPOINT, ModelRef, select_files
 
 from . import hub_store
 
 Progress = Callable[[str, int, int], None]        # (file, bytes done, bytes total)
-DIR_SUFFIXES = (".json", ".safetensors", ".txt", ".model", ".tiktoken", ".jinja")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -66,27 +65,7 @@ def offline_error(ref: ModelRef) -> AprError:
                     "{}` while online".format(ref.text, ref.text), reference=ref.text)
 
 
-# --- which files a reference needs ---------------------------------------------------
-def select_files(ref: ModelRef, names: List[str]) -> Tuple[List[str], str]:
-    """(files to fetch, the path the model is opened at: a file, or "" for the snapshot
-    directory / a sub-directory name)."""
-    if ref.path:
-        if ref.path in names:
-            return [ref.path], ref.path
-        prefix = ref.path.rstrip("/") + "/"
-        inside = [n for n in names if n.startswith(prefix) and "/" not in n[len(prefix):]
-                  and n.endswith(DIR_SUFFIXES)]
-        if inside:
-            return sorted(inside), ref.path.rstrip("/")
-        raise AprError(ErrorCode.NETWORK, "no such file in the repository",
-                       reference=ref.text, repo=ref.repo, path=ref.path)
-    root = [n for n in names if "/" not in n]
-    if not ref.quant and "config.json" in root and any(n.endswith(".safetensors") for n in root):
-        return sorted(n for n in root if n.endswith(DIR_SUFFIXES)), ""
-    picked = pick_gguf(ref, names)
-    return picked, picked[0]
-
-
+# --- which files a reference needs: apr_core.refs.select_files (the browser's too) --
 def _manifest_parts(local: Path, name: str) -> List[Tuple[str, Optional[str]]]:
     """Shards a manifest names, relative to the repo, with their sha256 when it has one."""
     folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
