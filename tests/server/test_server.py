@@ -1,7 +1,7 @@
 """`apr serve` end to end: the real server in a subprocess on a free loopback port, driven by
 the official `openai` client (and raw HTTP for what a well-behaved client never sends).
 
-Oracles: `apr run demo PROMPT --chat` (and without `--chat` for /v1/completions) run as a
+Oracles: `apr run demo PROMPT --chat` (and with `--raw` for /v1/completions) run as a
 separate process with the same greedy settings; the streamed text must equal the
 non-streamed text; embeddings must equal the mean of `Transformer.hidden_states` computed in
 this process. One server serves the whole module (loading the model costs seconds); it runs
