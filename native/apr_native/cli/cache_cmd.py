@@ -15,6 +15,7 @@ import os
 import time
 from typing import Any, Dict, List
 
+from apr_core.atomic import sweep_stale
 from apr_core.errors import AprError, ErrorCode
 
 from ..config import models_dir, wants_json
@@ -33,6 +34,7 @@ def entries() -> List[Dict[str, Any]]:
     root = models_dir()
     if not root.is_dir():
         return []
+    sweep_stale(root)       # temporary files of imports that were killed mid-write
     out = []
     for path in sorted(root.iterdir()):
         if path.is_file() and not path.name.startswith("."):
