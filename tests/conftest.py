@@ -22,6 +22,8 @@ MAIN_PYTHON = sys.version_info >= (3, 10)
 HOST_CONDITION = "host: "
 # markers of what only the main Python runs (the real models are installed in .venv only)
 MAIN_ONLY = ("native", "real_model")
+# test folders of apr_native (kernels, CLI, server): the main Python only, by construction
+NATIVE_FOLDERS = ("native", "cli", "server")
 _DESELECTED = []
 
 
@@ -45,8 +47,9 @@ def pytest_ignore_collect(collection_path, config):
     if MAIN_PYTHON or collection_path.suffix != ".py" or \
             not collection_path.name.startswith("test_"):
         return None
-    if collection_path.parent.name == "native" or _marked_native(collection_path):
-        _DESELECTED.append((str(collection_path), "module marked native or real_model"))
+    if collection_path.parent.name in NATIVE_FOLDERS or _marked_native(collection_path):
+        _DESELECTED.append((str(collection_path), "apr_native folder or module marked "
+                            "native or real_model"))
         return True
     return None
 

@@ -19,6 +19,8 @@ from apr_core.formats.gguf import read_gguf
 from apr_core.text.chat import render_chat
 from apr_core.text.chat_probe import probe_template
 
+# transformers and HF tokenizers: the main Python only (deselected on the Python 3.8 run)
+pytestmark = pytest.mark.native
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
