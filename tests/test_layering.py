@@ -35,7 +35,7 @@ LAYERS = [
     ("engine", ["apr_native.engine", "apr_native.structured"]),
     ("server", ["apr_native.server", "apr_native.web_bundle", "apr_native.web_server"]),
     ("cli", ["apr_native.cli"]),
-    ("shell-source", ["apr_websource", "apr_webcrypto", "apr_webkernel"]),
+    ("shell-source", ["apr_websource", "apr_webcrypto", "apr_webkernel", "apr_webhub"]),
     ("shell-run", ["apr_webrun"]),
     ("shell", ["apr_web"]),
 ]

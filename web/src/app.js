@@ -35,6 +35,7 @@ async function loadConfig() {
   if (query.get("indexURL")) config.indexURL = query.get("indexURL");
   if (query.get("numpy")) config.numpy = query.get("numpy") === "1";
   if (query.get("kernels")) config.kernels = query.get("kernels");
+  if (query.get("hfEndpoint")) config.hfEndpoint = query.get("hfEndpoint");  // else apr web --hf-endpoint
   for (const key of ["chunkSize", "maxBytes"]) {  // shard cache settings (see shard_cache.js)
     if (query.get(key)) config.cache = { ...(config.cache || {}), [key]: Number(query.get(key)) };
   }
@@ -77,6 +78,14 @@ apr.on("progress", (p) => {
     item.textContent = `${p.shard} · ${p.fromCache ? "cached" : `${pct}%`}`;
     item.className = p.fromCache ? "cached" : pct === 100 ? "done" : "";
   }
+});
+
+// An hf:// reference names one file of a Hub repository: show which, at which commit.
+apr.on("resolved", (r) => {
+  $("load-status").classList.remove("hidden");
+  const sha = r.sha256 ? ` · sha256 ${r.sha256.slice(0, 12)}…` : "";
+  $("shard-list").append(el("li", { className: "resolved",
+    textContent: `${r.reference} → ${r.repo}/${r.file} @ ${r.commit.slice(0, 12)}${sha}` }));
 });
 
 async function loadModel(url) {

@@ -151,6 +151,47 @@ class CachedFileSource(RemoteSource):
             self._cached = True
 
 
+class HubFileSource(CachedFileSource):
+    """An LFS file of the Hugging Face Hub (see apr_webhub.resolve), cached in IndexedDB
+    under the sha256 the Hub advertises for it. Every read waits until the whole file is
+    downloaded (Range requests, resumable), checked against that sha256 and committed, so
+    no byte that failed the check is ever used or kept; later reads, and later pages, read
+    the verified copy without downloading it again."""
+
+    def __init__(self, hub: Dict[str, Any]) -> None:
+        super().__init__(hub["url"], hub["size"], "")
+        self.key = hub["sha256"]
+        self.hub = hub
+        self.spec = dict(self.spec, sha256=self.key, verify="sha256", name=hub["file"],
+                         model=hub["reference"], keep=[self.key])
+
+    async def _ensure(self) -> None:
+        if not self._cached:
+            await js.aprHost.ensureShard(json.dumps(self.spec))
+            self._cached = True
+
+    async def _fetch_range(self, offset: int, length: int) -> bytes:
+        await self._ensure()
+        return _bytes(await js.aprHost.readShard(self.key, offset, length))
+
+    async def _fetch_whole(self) -> bytes:
+        await self._ensure()
+        return _bytes(await js.aprHost.readShard(self.key, 0, self.size))
+
+    async def store(self) -> None:
+        """Nothing to do: a hub file is committed (verified) by its first read."""
+
+
+async def _hub_source(reference: str) -> RemoteSource:
+    """The source of the one file an `hf://` reference names (resolved via the Hub's API)."""
+    from apr_webhub import resolve
+    hub = await resolve(reference)
+    js.aprHost.emit("resolved", json.dumps(hub))
+    if hub["sha256"] is None:   # a small file kept in git, not LFS: cached by URL + ETag
+        return await _url_source(hub["url"])
+    return HubFileSource(hub)
+
+
 def _is_manifest(header: bytes) -> bool:
     """An APR v2 header with the SHARDED flag."""
     return len(header) >= HEADER_SIZE and header[:4] == b"APR2" and bool(
@@ -183,7 +224,8 @@ def _join(base: str, name: str) -> str:
 
 
 async def _open(url: str, options: Optional[Dict[str, Any]] = None) -> Any:
-    """Open a model URL: a sharded APR manifest (shards cached) or any single model file.
+    """Open a model URL or `hf://` reference: a sharded APR manifest (shards cached) or any
+    single model file.
 
     `options`: `trustedKey` (hex Ed25519 public key), `password` or `secretKey` (hex
     Ed25519 seed of the recipient) for encrypted files. A SIGNED APR file has its signature
@@ -196,7 +238,11 @@ async def _open(url: str, options: Optional[Dict[str, Any]] = None) -> Any:
     trusted_key = options.get("trustedKey")
     if url in _models and not options:
         return _models[url]
-    source = await _url_source(url)
+    if url.lower().startswith("hf://"):   # a Hub reference: its resolve URL, sha256-keyed
+        source = await _hub_source(url)
+    else:
+        source = await _url_source(url)
+    location = getattr(source, "url", url)   # where a manifest's shards are, beside it
     head = None
     signature = None
     if source.size <= MANIFEST_LIMIT:
@@ -220,9 +266,9 @@ async def _open(url: str, options: Optional[Dict[str, Any]] = None) -> Any:
                 number = [e["file"] for e in entries].index(name)
                 entry = entries[number]
                 if entry.get("sha256") is None:  # not content-addressed: range reads only
-                    sources[name] = _plain_shard(url, entry)
+                    sources[name] = _plain_shard(location, entry)
                 else:
-                    sources[name] = _shard_source(url, entry, number, entries)
+                    sources[name] = _shard_source(location, entry, number, entries)
             return sources[name]
         model = await drive(lambda: read_sharded(source, opener=opener, verify=False))
         model.remote_sources = list(sources.values())

@@ -5,14 +5,15 @@
  *     apr.on("progress", (p) => bar.value = p.loaded / p.total);
  *     await apr.boot({ flavor: "017" });
  *     const info = await apr.describe("models/smollm2.apr");
- *     await apr.load("models/smollm2.apr");
+ *     await apr.load("models/smollm2.apr");     // or "hf://ORG/REPO:Q4_K_M", "hf://ORG/REPO/FILE@REV"
  *     apr.on("token", (t) => out.textContent += t.text);
  *     await apr.chat([{ role: "user", content: "Hi" }]);
  */
 import { ShellError } from "./errors.js";
 
-/** Model URLs are resolved against the page, not the worker script. */
-const absolute = (url) => new URL(url, location.href).href;
+/** Model URLs are resolved against the page, not the worker script; `hf://` references
+ * are passed as they are (the worker resolves them through the Hub's API). */
+const absolute = (url) => (/^hf:\/\//i.test(url) ? url : new URL(url, location.href).href);
 
 export class AprClient {
   constructor(workerURL = new URL("./worker.js", import.meta.url)) {
@@ -32,7 +33,8 @@ export class AprClient {
     };
   }
 
-  /** Listen to `progress`, `shard`, `token` or `stats` events; returns an unsubscribe function. */
+  /** Listen to `progress`, `shard`, `resolved` (an hf:// reference's file, commit, sha256),
+   * `token` or `stats` events; returns an unsubscribe function. */
   on(event, fn) {
     if (!this.listeners.has(event)) this.listeners.set(event, new Set());
     this.listeners.get(event).add(fn);
@@ -48,7 +50,8 @@ export class AprClient {
     });
   }
 
-  /** Boot Pyodide (see boot.js DEFAULTS); relative URLs resolve against this page. */
+  /** Boot Pyodide (see boot.js DEFAULTS); relative URLs resolve against this page.
+   * `hfEndpoint`: the Hub that `hf://` references resolve against (default huggingface.co). */
   boot(config = {}) { return this.call("boot", { base: location.href, ...config }); }
   /**
    * Metadata, index (and with `digests` every tensor's sha256) of a model URL. `keys`:

@@ -11,7 +11,9 @@
  * A single-file model (a GGUF, say) has no manifest to give its sha256: it is cached under a
  * key made from its URL, size and HTTP validator (ETag or Last-Modified) with `verify: false`,
  * so a changed file on the server is a new key, and only the exact-length checks of the
- * transport guard what is stored (as in the browser's own HTTP cache).
+ * transport guard what is stored (as in the browser's own HTTP cache). A file of the
+ * Hugging Face Hub (`hf://`) is keyed by the sha256 the Hub advertises for it and checked
+ * against it (`verify: "sha256"`, no CRC) before it is committed.
  */
 import { crc32, crcHex } from "./crc32.js";
 import { ShellError, codes } from "./errors.js";
@@ -148,7 +150,8 @@ export class ShardCache {
   /**
    * Make sure the shard described by `spec` is cached and verified; download what is missing.
    * `spec`: {url, sha256, size, crc32 (8 hex digits), crcSpan (bytes the CRC covers), name,
-   * model}, or for a single file {url, sha256 (its cache key), size, verify: false, name, model}.
+   * model}, or for a single file {url, sha256 (its cache key), size, verify: false, name, model},
+   * or for a Hub file {url, sha256 (the Hub's), size, verify: "sha256", name, model}.
    * With `onlyIfCached` nothing is downloaded: `{missing: true}` when not cached.
    * `onProgress(stored, size, fromCache)`. Resolves to `{fromCache, downloaded}`.
    */
@@ -253,7 +256,8 @@ export class ShardCache {
   async _verify(spec) {
     const whole = await this._assemble(spec.sha256, 0, spec.size, false);
     const sha = hex(await crypto.subtle.digest("SHA-256", whole));
-    const crc = crcHex(crc32(whole.subarray(0, spec.crcSpan)));
+    // A Hub file has only the sha256 the Hub advertises (spec.verify === "sha256").
+    const crc = spec.crc32 === undefined ? undefined : crcHex(crc32(whole.subarray(0, spec.crcSpan)));
     if (sha !== spec.sha256 || crc !== spec.crc32) {
       await this.remove(spec.sha256);
       const which = sha !== spec.sha256 ? "sha256" : "CRC-32";

@@ -44,6 +44,21 @@ export async function urlHead(url) {
     { url, status: response.status });
 }
 
+/**
+ * A small text answer (the Hub's JSON API): `{status, text, errorCode}` for any HTTP status,
+ * so the caller (Python) decides what an error means; only a failed connection throws.
+ */
+export async function fetchText(url) {
+  let response;
+  try {
+    response = await fetch(url, { cache: "no-store" });
+  } catch (err) {
+    throw new ShellError(codes.NETWORK, `network error fetching ${url}: ${err.message}`, { url });
+  }
+  return { status: response.status, text: await response.text(),
+    errorCode: response.headers.get("X-Error-Code") || "" };
+}
+
 /** Total size of `url` in bytes. */
 export const urlSize = async (url) => (await urlHead(url)).size;
 

@@ -7,7 +7,7 @@ import { bootPyodide } from "./boot.js";
 import { ShellError, codes, toPlainError } from "./errors.js";
 import { ShardCache } from "./shard_cache.js";
 import { SimdMatmul } from "./simd_kernel.js";
-import { fetchFile, fetchRange, urlHead } from "./transport.js";
+import { fetchFile, fetchRange, fetchText, urlHead } from "./transport.js";
 import { webCrypto } from "./webcrypto.js";
 
 let runtime = null;
@@ -30,6 +30,7 @@ const guarded = (fn) => async (...args) => {
 self.aprCrypto = webCrypto;
 self.aprHost = {
   head: guarded(async (url) => JSON.stringify(await urlHead(url))),
+  fetchText: guarded(async (url) => JSON.stringify(await fetchText(url))),
   fetchRange: guarded((url, offset, length) => fetchRange(url, offset, length)),
   fetchFile: guarded((url, size) => fetchFile(url, (loaded, total) =>
     emit("progress", { url, loaded, total, phase: "download" }), { size })),
@@ -74,7 +75,7 @@ function formatPythonError(error) {
 const sync = (fn, ...args) => python("_sync", fn, ...args);
 
 const describeRuntime = () => ({ flavor: runtime.flavor, python: runtime.python, numpy: runtime.numpy,
-  webcrypto: runtime.webcrypto, kernels: runtime.kernels });
+  webcrypto: runtime.webcrypto, kernels: runtime.kernels, hfEndpoint: runtime.hfEndpoint });
 
 const ops = {
   async boot(config = {}) {
@@ -88,6 +89,9 @@ async def _sync(name, *args):
 apr_web._sync = _sync
 `);
     runtime.webcrypto = runtime.py.runPython("apr_web.register_webcrypto()");
+    self.aprArgs = JSON.stringify([config.hfEndpoint || null]);  // hf:// references' Hub
+    runtime.hfEndpoint = runtime.py.runPython(
+      "import apr_webhub, js, json\napr_webhub.configure(*json.loads(js.aprArgs))");
     runtime.kernels = "numpy";
     const kernels = config.kernels || "simd";  // "simd-f32": every weight as float32 (the older kernel)
     if (runtime.numpy && (kernels === "simd" || kernels === "simd-f32")) {

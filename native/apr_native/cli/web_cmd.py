@@ -3,6 +3,8 @@
 The page (web/index.html) boots Pyodide in a Web Worker, streams the models' shards by HTTP
 Range requests and caches them in IndexedDB. Everything is served locally: the shell, the
 Pyodide distribution, an apr_core wheel built from this checkout and MODEL_DIR at /models/.
+The page's URL box also takes hf://ORG/REPO[:QUANT|/FILE][@REV], fetched from the Hub
+(--hf-endpoint) into the same verified cache.
 """
 from __future__ import annotations
 
@@ -51,7 +53,9 @@ def run_web(args: argparse.Namespace) -> int:
     models = list_models(directory)
     site_dir = tempfile.mkdtemp(prefix="apr-web-")
     try:
-        prepare_site(site_dir, flavor=args.pyodide, models=models)
+        endpoint = args.hf_endpoint or os.environ.get("HF_ENDPOINT") or None
+        prepare_site(site_dir, flavor=args.pyodide, models=models,
+                     extra={"hfEndpoint": endpoint.rstrip("/")} if endpoint else None)
         try:
             server = StaticServer(site_mounts(site_dir, directory), host=args.host, port=args.port)
         except OSError as exc:
@@ -60,7 +64,7 @@ def run_web(args: argparse.Namespace) -> int:
         url = server.url("/")
         if args.json:
             emit_json({"url": url, "models": models, "pyodide": args.pyodide,
-                       "model_dir": directory})
+                       "model_dir": directory, "hf_endpoint": endpoint})
         else:
             print("serving {} model(s) from {}".format(len(models), directory))
             for model in models:
@@ -88,5 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pyodide", choices=["017", "314"], default="017",
                    help="Pyodide for the page: 017 ships numpy offline (chat works), 314 is "
                         "the official release (formats and caching; numpy from its CDN)")
+    p.add_argument("--hf-endpoint", metavar="URL", default=None,
+                   help="the Hub the page resolves hf://ORG/REPO... references against "
+                        "(default: $HF_ENDPOINT, else https://huggingface.co)")
     p.add_argument("--json", action="store_true", help="print the URL and models as JSON")
     p.set_defaults(func=run_web)
