@@ -10,10 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export APR_CACHE="${APR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/apr}"
-LLAMA_VERSION=0.3.36
+source scripts/llama_build.sh
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
-BIN="$APR_CACHE/bin/llama-server-$LLAMA_VERSION"
+BIN="$APR_CACHE/bin/llama-server-$LLAMA_BUILD_TAG"
 
 if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
   echo "$BIN"
@@ -34,13 +34,14 @@ fi
 
 mkdir -p "$APR_CACHE/bin"
 WORK="$(mktemp -d)"
-PARTIAL="$APR_CACHE/bin/.llama-server-$LLAMA_VERSION.$$"
+PARTIAL="$APR_CACHE/bin/.llama-server-$LLAMA_BUILD_TAG.$$"
 trap 'rm -rf "$WORK" "$PARTIAL"' EXIT
 echo "building llama-server from llama-cpp-python $LLAMA_VERSION's llama.cpp (cached as $BIN)..." >&2
 tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-      -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON >&2
+      -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON \
+      -DCMAKE_C_FLAGS="$LLAMA_CPU_FLAGS" -DCMAKE_CXX_FLAGS="$LLAMA_CPU_FLAGS" >&2
 cmake --build "$SRC/build" --target llama-server -j "$(nproc)" >&2
 "$SRC/build/bin/llama-server" --version >&2
 # Copied next to its final name, then renamed: a half-written binary is never "cached".

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${APR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/apr}"
-LLAMA_VERSION=0.3.36
+source scripts/llama_build.sh
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
 

@@ -24,8 +24,8 @@ fi
 
 # llama.cpp (via llama-cpp-python) is the oracle for ggml quantization: building it takes
 # 15-30 minutes on 2 cores, so the wheel is cached and reused.
-LLAMA_VERSION=0.3.36
-WHEELS="$APR_CACHE/wheels"
+source scripts/llama_build.sh
+WHEELS="$APR_CACHE/wheels/$LLAMA_BUILD_TAG"
 mkdir -p "$WHEELS"
 if [ "${APR_SKIP_LLAMA:-0}" = "1" ] && [ -n "${CI:-}" ] && [ "${CI}" != "false" ]; then
   echo "error: APR_SKIP_LLAMA=1 is refused under CI (llama.cpp is the oracle of many tests)" >&2
@@ -34,10 +34,13 @@ fi
 if [ "${APR_SKIP_LLAMA:-0}" != "1" ]; then
   if ! ls "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl >/dev/null 2>&1; then
     echo "building llama-cpp-python $LLAMA_VERSION (cached in $WHEELS afterwards)..."
-    CMAKE_ARGS="-DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      .venv/bin/pip wheel $PIP_QUIET --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+    # --no-cache-dir: pip's own wheel cache ignores CMAKE_ARGS and would hand back an old build
+    CMAKE_ARGS="-DLLAMA_CURL=OFF -DCMAKE_C_FLAGS='$LLAMA_CPU_FLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_CPU_FLAGS'" \
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+      .venv/bin/pip wheel $PIP_QUIET --no-cache-dir --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
   fi
-  .venv/bin/pip install $PIP_QUIET "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl
+  # --force-reinstall: the same version built with other flags may be installed already
+  .venv/bin/pip install $PIP_QUIET --no-deps --force-reinstall "$WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl
 fi
 
 # Tokenizer oracles: llama.cpp's vocab test vectors (from its sdist) and real tokenizer.json files.
