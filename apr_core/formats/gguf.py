@@ -24,6 +24,7 @@ from .. import dtypes
 from ..errors import AprError, ErrorCode
 from ..io import ByteSource, open_source
 from ..tensor import MAX_DIMS, ModelFile, TensorInfo, check_layout
+from .gguf_lazy import materialize
 from .gguf_values import (ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, SUPPORTED_VERSIONS,
                           Cursor, Spec, read_value, value_type)
 from .gguf_write import write_gguf, write_gguf_bytes
@@ -57,6 +58,22 @@ class GGUFFile(ModelFile):
         self.data_offset = 0
         self.header_size = 0
         self.kv_types: Dict[str, Spec] = {}
+
+    @property
+    def metadata(self) -> Dict[str, Any]:   # type: ignore[override]
+        """Key -> value with every array a plain list (large arrays decoded on first use)."""
+        materialize(self._metadata)
+        return self._metadata
+
+    @metadata.setter
+    def metadata(self, value: Dict[str, Any]) -> None:
+        self._metadata = value
+
+    @property
+    def header_metadata(self) -> Dict[str, Any]:
+        """Key -> value with large arrays left as lazy `GGUFArray`s (`len()` is free): for
+        readers of the header only (inspect, describe). Convert with `gguf_lazy.plain`."""
+        return self._metadata
 
     def _read_payload(self, info: TensorInfo) -> bytes:
         return self.source.read(info.offset, info.size)
@@ -93,11 +110,11 @@ def _parse(out: GGUFFile, cur: Cursor) -> None:
         cur.promise((kv_count - index) * _MIN_KV_BYTES + tensor_count * _MIN_TENSOR_INFO_BYTES,
                     "metadata")
         key = cur.string("metadata key").decode("utf-8", "surrogateescape")
-        if key in out.metadata:
+        if key in out.header_metadata:
             raise AprError(ErrorCode.FORMAT, "duplicate GGUF metadata key", key=key,
                            source=name)
         row = value_type(cur.u32(key), key)
-        out.metadata[key], out.kv_types[key] = read_value(cur, row, key)
+        out.header_metadata[key], out.kv_types[key] = read_value(cur, row, key)
     out.alignment = _alignment(out, name)
 
     relative: List[TensorInfo] = []   # offsets relative to the not yet known data start
@@ -135,9 +152,9 @@ def _read_version(cur: Cursor, name: str) -> int:
 
 
 def _alignment(out: GGUFFile, name: str) -> int:
-    if ALIGNMENT_KEY not in out.metadata:
+    if ALIGNMENT_KEY not in out.header_metadata:
         return DEFAULT_ALIGNMENT
-    value = out.metadata[ALIGNMENT_KEY]
+    value = out.header_metadata[ALIGNMENT_KEY]
     if out.kv_types[ALIGNMENT_KEY] != "u32":
         raise AprError(ErrorCode.FORMAT, "general.alignment must be a u32",
                        type=repr(out.kv_types[ALIGNMENT_KEY]), source=name)
@@ -186,15 +203,17 @@ def _align_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def gguf_kv_block(gguf: GGUFFile) -> Dict[str, Any]:
+def gguf_kv_block(gguf: GGUFFile, lazy: bool = False) -> Dict[str, Any]:
     """The file's KV pairs in a JSON-able form, for APR metadata key "gguf".
 
     `write_gguf(path, tensors, kv=block["kv"], kv_types=block["types"],
     alignment=block["alignment"], version=block["version"])` reproduces the same pairs.
-    The dicts are new; the lists inside are shared with `gguf`.
+    The dicts are new; the lists inside are shared with `gguf`. `lazy` leaves large arrays
+    as `GGUFArray`s (not JSON-able: `gguf_lazy.plain` converts) for header-only readers.
     """
+    kv = gguf.header_metadata if lazy else gguf.metadata
     return {"version": gguf.version, "alignment": gguf.alignment,
-            "kv": dict(gguf.metadata), "types": dict(gguf.kv_types)}
+            "kv": dict(kv), "types": dict(gguf.kv_types)}
 
 
 __all__ = ["GGUFFile", "read_gguf", "gguf_kv_block", "write_gguf", "write_gguf_bytes",

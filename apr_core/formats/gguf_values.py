@@ -20,6 +20,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from ..errors import AprError, ErrorCode
 from ..io import ByteSource
+from .gguf_lazy import GGUFArray
 
 Spec = Union[str, List[Any]]
 
@@ -33,6 +34,8 @@ ALIGNMENT_KEY = "general.alignment"
 MAX_ARRAY_DEPTH = 8
 # Read-ahead stays within bytes already proven to belong to the header (see Cursor).
 _CHUNK = 1 << 20
+# Arrays at least this long are kept raw and decoded on first access (gguf_lazy).
+LAZY_MIN = 64
 
 
 class ValueType(NamedTuple):
@@ -121,18 +124,49 @@ class Cursor:
         if end > self.floor:
             self.floor = end
 
-    def take(self, nbytes: int, what: str) -> bytes:
-        end = self.pos + nbytes
+    def _fill(self, end: int, what: str, anchor: int) -> None:
+        """Make the buffer hold [anchor, end) (anchor <= pos), reading ahead to the floor."""
         self._check_end(end, what)
         buf_end = self._buf_start + len(self._buf)
         if end > buf_end:
             want = max(end, min(self.floor, self.pos + _CHUNK))
-            keep = self._buf[self.pos - self._buf_start:]
+            keep = self._buf[anchor - self._buf_start:]
             self._buf = keep + self.source.read(buf_end, want - buf_end)
-            self._buf_start = self.pos
+            self._buf_start = anchor
+
+    def take(self, nbytes: int, what: str) -> bytes:
+        end = self.pos + nbytes
+        self._fill(end, what, self.pos)
         start = self.pos - self._buf_start
         self.pos = end
         return self._buf[start:start + nbytes]
+
+    def skip_strings(self, count: int, after: int, what: str) -> bytes:
+        """Walk `count` length-prefixed strings without decoding them (`after` = bytes known
+        to follow them) and return their raw bytes: lengths are bounded like `string`."""
+        start = self.pos
+        unpack = _U64.unpack_from
+        done = 0
+        while done < count:
+            # The remaining lengths belong to the header; the next one must be buffered.
+            self.promise((count - done) * STR.size + after, what)
+            self._fill(self.pos + STR.size, what, start)
+            buf, base = self._buf, self._buf_start
+            rel = self.pos - base
+            index = done
+            try:
+                for index in range(done, count):
+                    rel += 8 + unpack(buf, rel)[0]   # struct.error once past the buffer
+                index = count
+            except struct.error:
+                pass
+            # strings done..index-1 are walked; rel is where string `index` starts
+            self.promise(base + rel - self.pos, what)    # E002/E008 for a hostile length
+            self.pos = base + rel
+            done = index
+        self.promise(after, what)
+        self._fill(self.pos, what, start)
+        return self._buf[start - self._buf_start:self.pos - self._buf_start]
 
     def u32(self, what: str) -> int:
         return _U32.unpack(self.take(4, what))[0]
@@ -180,9 +214,14 @@ def read_value(cur: Cursor, row: ValueType, where: str, depth: int = 0) -> Tuple
     count = cur.u64(where)
     cur.promise(count * elem.size, where)   # every element needs at least elem.size bytes
     if elem is STR:
+        if count >= LAZY_MIN:
+            return GGUFArray(cur.skip_strings(count, 0, where), count, None), ["arr", "str"]
         return [decode_str(cur.string(where, (count - index - 1) * STR.size))
                 for index in range(count)], ["arr", "str"]
     if elem is not ARR:
+        if count >= LAZY_MIN and elem is not BOOL:
+            return (GGUFArray(cur.take(count * elem.size, where), count, elem.code),
+                    ["arr", elem.spec])
         return _read_scalars(cur, elem, count, where), ["arr", elem.spec]
     items: List[Any] = []
     inner_spec: Optional[Spec] = None

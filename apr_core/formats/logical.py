@@ -13,10 +13,11 @@ from ..tensor import LazyTensor, ModelFile
 from . import metadata as md
 
 
-def apr_metadata(model: ModelFile, source: Any = None) -> Dict[str, Any]:
+def apr_metadata(model: ModelFile, source: Any = None, lazy: bool = False) -> Dict[str, Any]:
     """The model's metadata in APR form, whatever format it was read from. When `source`
     is a Hugging Face model directory (or a weights file in one), its config, tokenizer and
-    generation settings come along (`hf_dir.HF_FILES`)."""
+    generation settings come along (`hf_dir.HF_FILES`). `lazy`: a GGUF file's large arrays
+    stay undecoded `gguf_lazy.GGUFArray`s (header-only readers; not JSON-able as is)."""
     if model.format == "safetensors":
         from .hf_dir import hf_directory, read_side_files
         meta = md.from_safetensors(model.metadata)
@@ -27,7 +28,7 @@ def apr_metadata(model: ModelFile, source: Any = None) -> Dict[str, Any]:
         return meta
     if model.format == "gguf":
         from .gguf import gguf_kv_block
-        meta = md.from_gguf(gguf_kv_block(model))
+        meta = md.from_gguf(gguf_kv_block(model, lazy=lazy))
         # APR indexes are sorted by name; remember GGUF's order so an export restores it.
         meta["gguf"]["tensor_order"] = list(model.tensors)
         return meta

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
 from .. import hparams
 from ..errors import AprError, ErrorCode
+from .gguf_lazy import GGUFArray
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ def from_gguf(kv_block: Dict[str, Any]) -> Dict[str, Any]:
         if value is not None:
             architecture[apr_key] = value
     tokens = kv.get("tokenizer.ggml.tokens")
-    if "n_vocab" not in architecture and isinstance(tokens, list):
+    if "n_vocab" not in architecture and isinstance(tokens, (list, GGUFArray)):
         architecture["n_vocab"] = len(tokens)
     meta: Dict[str, Any] = {
         "apr_version": APR_VERSION,

@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import hparams
 from ..errors import AprError, ErrorCode
+from ..formats.gguf_lazy import GGUFArray
 from .families import Family, detect_source, family_for
 
 # Canonical name -> keys per source (first present wins), from THE table (apr_core.hparams).
@@ -112,7 +113,7 @@ def config_from_gguf(kv: Dict[str, Any], tensor_names: Any) -> ModelConfig:
     """From GGUF KV pairs (a GGUF file's metadata, or an APR file's metadata["gguf"]["kv"])."""
     arch = str(kv.get("general.architecture", ""))
     raw = _extract(GGUF_KEYS, lambda key: kv.get("{}.{}".format(arch, key)))
-    if "n_vocab" not in raw and isinstance(kv.get("tokenizer.ggml.tokens"), list):
+    if "n_vocab" not in raw and isinstance(kv.get("tokenizer.ggml.tokens"), (list, GGUFArray)):
         raw["n_vocab"] = len(kv["tokenizer.ggml.tokens"])
     kind = str(raw.pop("rope_scaling_type", "none"))
     factor = raw.pop("rope_scaling_factor", None)

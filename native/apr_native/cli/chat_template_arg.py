@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from typing import Any, Dict, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
@@ -104,7 +105,9 @@ def stored_template(meta: Dict[str, Any]) -> Tuple[Optional[str], str, str]:
 
     def token(key: str) -> str:
         index = kv.get(key)
-        if isinstance(tokens, list) and isinstance(index, int) and 0 <= index < len(tokens):
+        # a list, or a GGUF file's lazy array (one item decoded, not the vocabulary)
+        if isinstance(tokens, Sequence) and not isinstance(tokens, str) \
+                and isinstance(index, int) and 0 <= index < len(tokens):
             return str(tokens[index])
         return ""
     return (template if isinstance(template, str) else None,

@@ -11,11 +11,11 @@ import collections
 import fnmatch
 from typing import Any, Dict, List
 
-from apr_core import stats as st
 from apr_core.codecs import CODEC_MASK, CODEC_NAMES
 from apr_core.errors import AprError, ErrorCode
+from apr_core.formats.gguf_lazy import GGUFArray
+from apr_core.formats.logical import unpack_tensors
 from apr_core.formats.open import open_model
-from apr_core.quant import dequantize
 from apr_core.tensor import ModelFile
 
 from . import chat_template_arg, model_info
@@ -36,8 +36,10 @@ def summary(model: ModelFile, path: str, full: bool = False) -> Dict[str, Any]:
     """Header, counts by dtype, parameters, vocabulary size, family and metadata."""
     by_dtype: Dict[str, int] = collections.Counter()
     params = 0
+    # Header only: a GGUF vocabulary stays undecoded (tests/cli/test_inspect_lazy.py).
+    meta = model_info.metadata(model, path, lazy=True)
     # logical tensors: block types a SafeTensors export packed as U8 count as themselves
-    for tensor in st.logical_tensors(model):
+    for tensor in unpack_tensors(model, meta):
         by_dtype[tensor.dtype.name] += 1
         count = 1
         for dim in tensor.shape:
@@ -46,23 +48,21 @@ def summary(model: ModelFile, path: str, full: bool = False) -> Dict[str, Any]:
     out: Dict[str, Any] = model_info.header_fields(model, path)
     out.update(path=path, tensor_count=len(model.tensors), parameters=params,
                dtypes=dict(sorted(by_dtype.items())))
-    meta = model_info.metadata(model, path)
-    tokens = model_info.vocab_tokens(meta)
-    out["vocab_size"] = len(tokens) if tokens is not None else \
-        model_info.declared_vocab_size(meta)
+    out["vocab_size"] = model_info.vocab_size(meta)
     found = model_info.family(model, meta)
     out["family"] = found[0].name if found else None
     out["chat_template"] = chat_template_arg.summary(meta)
     out["warnings"] = list(getattr(model, "warnings", []) or [])
-    out["metadata"] = dict(model.metadata) if full else \
-        {k: _short(v) for k, v in model.metadata.items()}
+    header = model.header_metadata if hasattr(model, "header_metadata") else model.metadata
+    out["metadata"] = dict(model.metadata) if full else {k: _short(v) for k, v in header.items()}
     return out
 
 
 def _short(value: Any) -> Any:
     """Long arrays (vocabularies) are summarised, not dumped."""
-    if isinstance(value, list) and len(value) > 8:
-        return "[{} items: {} ...]".format(len(value), ", ".join(repr(v) for v in value[:4]))
+    if isinstance(value, (list, GGUFArray)) and len(value) > 8:
+        return "[{} items: {} ...]".format(len(value),
+                                          ", ".join(repr(value[i]) for i in range(4)))
     if isinstance(value, dict):
         return {k: _short(v) for k, v in value.items()}
     if isinstance(value, str) and len(value) > 200:
@@ -183,6 +183,8 @@ def run_tensors(args: argparse.Namespace) -> int:
 
 
 def _stats(model: ModelFile, args: argparse.Namespace) -> int:
+    from apr_core import stats as st       # numpy: imported only when tensors are decoded
+    from apr_core.quant import dequantize
     rows = []
     selected = [t for t in st.logical_tensors(model) if _selected(t.name, args.filter or "")]
     for tensor in progress(selected, "statistics"):
@@ -206,12 +208,13 @@ def _stats(model: ModelFile, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(findings: List[st.Finding]) -> str:
+def _status(findings: List[Any]) -> str:
     severities = {f.severity for f in findings}
     return "FAIL" if "error" in severities else "WARN" if severities else "OK"
 
 
 def _histogram(model: ModelFile, args: argparse.Namespace) -> int:
+    from apr_core import stats as st
     tensors = {t.name: t for t in st.logical_tensors(model)}
     if args.hist not in tensors:
         from .explain_cmd import suggestions

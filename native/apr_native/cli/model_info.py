@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from apr_core.errors import AprError
+from apr_core.formats.gguf_lazy import GGUFArray
 from apr_core.formats.logical import apr_metadata
 from apr_core.tensor import ModelFile
 
@@ -21,10 +22,11 @@ META_ALIASES = {
 }
 
 
-def metadata(model: ModelFile, source: Any = None) -> Dict[str, Any]:
+def metadata(model: ModelFile, source: Any = None, lazy: bool = False) -> Dict[str, Any]:
     """The model's metadata as APR holds it (GGUF KV under "gguf", SafeTensors restored,
-    a HF directory's config.json / tokenizer.json when `source` is its path)."""
-    return apr_metadata(model, source)
+    a HF directory's config.json / tokenizer.json when `source` is its path). `lazy`: a
+    GGUF vocabulary stays undecoded (`gguf_lazy.GGUFArray`), for header-only readers."""
+    return apr_metadata(model, source, lazy=lazy)
 
 
 def gguf_kv(meta: Dict[str, Any]) -> Dict[str, Any]:
@@ -46,7 +48,7 @@ def meta_value(meta: Dict[str, Any], key: str) -> Any:
 def vocab_tokens(meta: Dict[str, Any]) -> Optional[List[str]]:
     """The vocabulary as a list of token strings (id order), or None when the file has none."""
     tokens = gguf_kv(meta).get("tokenizer.ggml.tokens")
-    if isinstance(tokens, list):
+    if isinstance(tokens, (list, GGUFArray)):
         return [str(t) for t in tokens]
     hf_tokenizer = meta.get("hf_tokenizer")
     holders = [meta, meta.get("tokenizer"),
@@ -58,6 +60,15 @@ def vocab_tokens(meta: Dict[str, Any]) -> Optional[List[str]]:
         if isinstance(vocab, dict):   # token -> id
             return [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     return None
+
+
+def vocab_size(meta: Dict[str, Any]) -> Optional[int]:
+    """How many tokens the vocabulary holds, without decoding it; else the declared size."""
+    tokens = gguf_kv(meta).get("tokenizer.ggml.tokens")
+    if isinstance(tokens, (list, GGUFArray)):
+        return len(tokens)
+    found = vocab_tokens(meta) if "gguf" not in meta else None
+    return len(found) if found is not None else declared_vocab_size(meta)
 
 
 def declared_vocab_size(meta: Dict[str, Any]) -> Optional[int]:
@@ -101,7 +112,7 @@ def header_fields(model: ModelFile, path: str) -> Dict[str, Any]:
                    checksum="0x{:08X}".format(model.footer.crc32))
     elif model.format == "gguf":
         out.update(version=model.version, alignment=model.alignment,
-                   kv_count=len(model.metadata), data_offset=model.data_offset)
+                   kv_count=len(model.header_metadata), data_offset=model.data_offset)
     elif hasattr(model, "header_size"):  # SafeTensors
         out.update(header_size=model.header_size, data_offset=model.data_start)
     for key in ("flags", "shard_files"):

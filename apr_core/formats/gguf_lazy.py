@@ -1,0 +1,139 @@
+"""Lazy GGUF metadata arrays: the raw bytes are kept, values are decoded on first access.
+
+A GGUF header of a 150k-token vocabulary holds two arrays of ~150k strings (tokens and
+merges) and two of ~150k numbers (token types, scores). The reader walks their string
+lengths without decoding them (`Cursor.skip_strings`) and keeps each array as a
+`GGUFArray` over its raw bytes, like gguf-py's memmap views, so `apr inspect` touches
+only what it shows. `GGUFFile.metadata` turns them into plain lists the first time it is
+read (every consumer that needs values gets lists); `GGUFFile.header_metadata` leaves them
+lazy for header-only readers. `decode_count` counts full decodes (tests assert inspect
+makes none). Standard library only.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Dict, Iterator, List, Optional
+
+from collections.abc import Sequence
+
+_U64 = struct.Struct("<Q")
+_CHECKPOINT = 1024          # one string offset remembered per this many strings
+
+# Number of times any GGUFArray decoded all its values (tests read it).
+decode_count = 0
+
+
+class GGUFArray(Sequence):
+    """A GGUF array of `count` strings (spec "str") or fixed-size scalars (a struct code),
+    held as its raw little-endian bytes. `len()` and `spec` need no decoding; one item of a
+    string array walks the lengths to it; iteration, slices, `==` and `list()` decode all
+    values once (then cached)."""
+
+    __slots__ = ("raw", "count", "code", "_values", "_checkpoints")
+
+    def __init__(self, raw: bytes, count: int, code: Optional[str]) -> None:
+        self.raw = raw
+        self.count = count
+        self.code = code                  # None = strings
+        self._values: Optional[List[Any]] = None
+        self._checkpoints: Optional[List[int]] = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def values(self) -> List[Any]:
+        """All values as a new list (decoded once, then cached)."""
+        if self._values is None:
+            global decode_count
+            decode_count += 1
+            self._values = self._decode_all()
+        return list(self._values)
+
+    def _decode_all(self) -> List[Any]:
+        raw = self.raw
+        if self.code is not None:
+            return list(struct.unpack("<{}{}".format(self.count, self.code), raw))
+        unpack = _U64.unpack_from
+        out = []
+        append = out.append
+        pos = 0
+        for _ in range(self.count):
+            end = pos + 8 + unpack(raw, pos)[0]
+            append(raw[pos + 8:end].decode("utf-8", "surrogateescape"))
+            pos = end
+        return out
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.values()[index]
+        if self._values is not None:
+            return self._values[index]
+        index = range(self.count)[index]          # IndexError / negative indices as list
+        if self.code is not None:
+            size = struct.calcsize("<" + self.code)
+            return struct.unpack_from("<" + self.code, self.raw, index * size)[0]
+        pos = self._offset(index)
+        end = pos + 8 + _U64.unpack_from(self.raw, pos)[0]
+        return self.raw[pos + 8:end].decode("utf-8", "surrogateescape")
+
+    def _offset(self, index: int) -> int:
+        """Byte offset of string `index`: from the nearest remembered offset, walking."""
+        unpack = _U64.unpack_from
+        raw = self.raw
+        if index < _CHECKPOINT:          # the first items: walk from the start
+            pos = 0
+            for _ in range(index):
+                pos += 8 + unpack(raw, pos)[0]
+            return pos
+        if self._checkpoints is None:
+            marks = []
+            pos = 0
+            for start in range(0, self.count, _CHECKPOINT):
+                marks.append(pos)
+                for _ in range(min(_CHECKPOINT, self.count - start)):
+                    pos += 8 + unpack(raw, pos)[0]
+            self._checkpoints = marks
+        pos = self._checkpoints[index // _CHECKPOINT]
+        for _ in range(index % _CHECKPOINT):
+            pos += 8 + unpack(raw, pos)[0]
+        return pos
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.values())
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, GGUFArray):
+            return self.values() == other.values()
+        if isinstance(other, (list, tuple)):
+            return self.values() == list(other)
+        return NotImplemented
+
+    def __ne__(self, other: Any) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore  # mutable-like, as a list
+
+    def __repr__(self) -> str:
+        return "GGUFArray({} {})".format(self.count, "str" if self.code is None else self.code)
+
+
+def materialize(table: Dict[str, Any]) -> None:
+    """Replace every GGUFArray value of `table` by a plain list, in place."""
+    for key, value in table.items():
+        if isinstance(value, GGUFArray):
+            table[key] = value.values()
+
+
+def plain(value: Any) -> Any:
+    """`value` with GGUFArrays (at any depth of lists/dicts) as lists: what JSON needs."""
+    if isinstance(value, GGUFArray):
+        return value.values()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+__all__ = ["GGUFArray", "materialize", "plain", "decode_count"]

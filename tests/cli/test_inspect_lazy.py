@@ -1,0 +1,60 @@
+"""`apr inspect` reads the header only: a GGUF vocabulary (and merges) is never decoded.
+
+The GGUF reader keeps large metadata arrays as raw bytes (`apr_core.formats.gguf_lazy`);
+here decoding one raises, so any code path of inspect that decodes the vocabulary fails.
+The values the lazy arrays give when they are decoded are checked against gguf-py.
+"""
+import json
+
+import pytest
+
+from apr_core.formats import gguf_lazy
+from apr_core.formats.gguf import read_gguf
+from cli_util import apr
+
+
+@pytest.fixture
+def no_decode(monkeypatch):
+    def refuse(self):
+        raise AssertionError("a lazy GGUF array of {} items was decoded".format(self.count))
+    monkeypatch.setattr(gguf_lazy.GGUFArray, "_decode_all", refuse)
+
+
+@pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
+def test_inspect_never_decodes_the_vocabulary(model, request, no_decode):
+    path = request.getfixturevalue(model)
+    expected = {"smollm2_gguf": 49152, "qwen_gguf": 151936}[model]
+    code, out, err = apr("inspect", path)
+    assert code == 0, err
+    assert "{:,}".format(expected) in out and "items:" in out
+    code, out, err = apr("inspect", path, "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["vocab_size"] == expected
+    assert info["metadata"]["tokenizer.ggml.tokens"].startswith(
+        "[{} items: ".format(expected))
+    assert info["chat_template"]["present"] and info["chat_template"]["check"] == "ok"
+    assert info["family"] in ("llama", "qwen2")
+
+
+def test_lazy_arrays_equal_gguf_py(smollm2_gguf):
+    gguf = pytest.importorskip("gguf")
+    reader = gguf.GGUFReader(smollm2_gguf)
+    ours = read_gguf(smollm2_gguf)
+    try:
+        lazy = ours.header_metadata["tokenizer.ggml.tokens"]
+        assert isinstance(lazy, gguf_lazy.GGUFArray) and len(lazy) == 49152
+        field = reader.fields["tokenizer.ggml.tokens"]
+        oracle = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+        # one item before any full decode (walks the lengths), then everything
+        assert [lazy[i] for i in (0, 5, 1023, 1024, 4097, 49151, -1)] == \
+            [oracle[i] for i in (0, 5, 1023, 1024, 4097, 49151, -1)]
+        before = gguf_lazy.decode_count
+        assert list(lazy) == oracle and lazy == oracle
+        assert gguf_lazy.decode_count == before + 1
+        merges = reader.fields["tokenizer.ggml.merges"]
+        assert ours.metadata["tokenizer.ggml.merges"] == \
+            [bytes(merges.parts[i]).decode("utf-8") for i in merges.data]
+        assert isinstance(ours.metadata["tokenizer.ggml.tokens"], list)
+    finally:
+        ours.close()
