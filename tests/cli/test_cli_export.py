@@ -53,3 +53,49 @@ def test_export_refusals(tmp_path):
     assert not os.path.exists(str(tmp_path / "m.onnx"))
     code, _, _ = apr("export", src, "--format", "gguf", "-o", str(out), "--force")
     assert code == 0 and out.read_bytes()[:4] == b"GGUF"
+
+
+def test_quantized_safetensors_export_loads_in_transformers(tmp_path):
+    """A quantized model exported to SafeTensors is float32 by default: transformers loads
+    it with every weight present and its logits stay those of the model (Q8_0 error only);
+    `--raw-blocks` keeps U8 blocks, which transformers cannot use, and warns."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from safetensors.numpy import load_file
+    from torch_checkpoints import tiny_models
+    original = tiny_models()["llama"]
+    src = tmp_path / "hf"
+    original.save_pretrained(str(src), safe_serialization=True)
+    quantized = str(tmp_path / "q8.apr")
+    code, _, err = apr("convert", str(src), "-o", quantized, "--quantize", "q8_0")
+    assert code == 0, err
+    with open_model(quantized) as model:
+        assert "Q8_0" in {i.dtype.name for i in model.tensors.values()}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_bytes((src / "config.json").read_bytes())
+    code, _, err = apr("export", quantized, "--format", "safetensors",
+                       "-o", str(out / "model.safetensors"))
+    assert code == 0, err
+    assert "raw-blocks" not in err
+    arrays = load_file(str(out / "model.safetensors"))
+    assert {a.dtype.name for a in arrays.values()} == {"float32"}
+    loaded, info = transformers.LlamaForCausalLM.from_pretrained(
+        str(out), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and \
+        not info["mismatched_keys"]
+    ids = torch.tensor([[1, 5, 9, 42, 17, 3]])
+    with torch.no_grad():
+        want = original(ids).logits
+        got = loaded.eval()(ids).logits
+    delta = float((want - got).abs().max())
+    assert delta < 0.05 * float(want.abs().max()), delta
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "config.json").write_bytes((src / "config.json").read_bytes())
+    code, _, err = apr("export", quantized, "--format", "safetensors", "--raw-blocks",
+                       "-o", str(raw / "model.safetensors"))
+    assert code == 0 and "warning: --raw-blocks" in err, err
+    assert "uint8" in {a.dtype.name for a in load_file(str(raw / "model.safetensors")).values()}
+    with pytest.raises(Exception):
+        transformers.LlamaForCausalLM.from_pretrained(str(raw))

@@ -4,6 +4,10 @@ Exporting is `convert()` (apr_core.conversion.convert) with the target format fi
 keep their bytes unless `--quantize`/`--precision` re-encode them, GGUF KV pairs and
 tokenizer metadata that came from a GGUF source travel back unchanged, and a Hugging Face
 source becomes a llama.cpp model (GGUF names, layouts and tokenizer keys) inside convert().
+
+SafeTensors has no block-quantized dtypes, so a quantized tensor is written as float32
+(what transformers and `safetensors.load_file` read); `--raw-blocks` keeps the blocks'
+bytes as U8 tensors instead, which only apr reads back, with a warning that says so.
 """
 from __future__ import annotations
 
@@ -58,10 +62,17 @@ def run_export(args: argparse.Namespace) -> int:
     output = args.output or os.path.splitext(os.path.basename(path))[0] + EXTENSIONS[fmt]
     check_output(output, args.force)
     report = QualityReport()
+    raw_blocks = fmt == "safetensors" and args.raw_blocks
+    if raw_blocks:
+        report.warnings.append(
+            "--raw-blocks: block-quantized tensors are stored as raw U8 bytes that only apr "
+            "reads back; transformers and safetensors users get unusable tensors (drop the "
+            "flag for float32)")
     start = time.perf_counter()
     with progress_bar("exporting") as progress:
         convert(source_named(path), output, fmt, quantize=args.quantize, precision=args.precision,
-                dequantize=args.dequantize, overwrite=True, force=args.force,
+                dequantize=fmt == "safetensors" and not raw_blocks, overwrite=True,
+                force=args.force,
                 report=report, progress=progress)
     result = {"input": path, "output": output, "format": fmt, "quantize": args.quantize,
               "bytes": os.path.getsize(output), "warnings": report.warnings,
@@ -85,8 +96,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quantize", metavar="TYPE|FILETYPE",
                    help="q8_0, q4_k ... or a llama.cpp file type (Q4_K_M)")
     p.add_argument("--precision", choices=["f32", "f16", "bf16"])
-    p.add_argument("--dequantize", action="store_true",
-                   help="SafeTensors: write block-quantized tensors as F32")
+    blocks = p.add_mutually_exclusive_group()
+    blocks.add_argument("--dequantize", action="store_true",
+                        help="SafeTensors: write block-quantized tensors as F32 (the default)")
+    blocks.add_argument("--raw-blocks", action="store_true",
+                        help="SafeTensors: keep block-quantized tensors as raw U8 bytes "
+                        "(only apr reads them back; warns)")
     p.add_argument("-f", "--force", action="store_true",
                    help="overwrite an existing output and ignore inline validation failures")
     p.add_argument("--json", action="store_true")
