@@ -11,9 +11,7 @@ machine's drift hits them all alike):
   one token in its own process. Both sides get the same prompt text: apr applies the
   model's chat template by default, llama-cpp-python's `create_chat_completion` applies
   the template the GGUF carries.
-A peer that fails is reported as failed, never silently dropped. (On the 2-core dev VM
-llama.cpp's multi-token decode segfaults; `--llama-n-batch 1` decodes one token per
-batch there, which slows llama.cpp's prefill: say so when quoting that ratio.)
+A peer that fails is reported as failed, never silently dropped.
 """
 from __future__ import annotations
 
@@ -30,7 +28,7 @@ APR = os.path.join(os.path.dirname(sys.executable), "apr")
 PROMPT = "Hi"
 LLAMA_CPP_ONE_TOKEN = (
     "import sys, llama_cpp\n"
-    "llm = llama_cpp.Llama(sys.argv[1], n_ctx=512, verbose=False, n_threads={threads}{batch})\n"
+    "llm = llama_cpp.Llama(sys.argv[1], n_ctx=512, verbose=False, n_threads={threads})\n"
     "llm.create_chat_completion([{{'role': 'user', 'content': sys.argv[2]}}], max_tokens=1,\n"
     "                           temperature=0)\n")
 ENV = dict(os.environ, APR_QUIET="1", APR_CONFIG=os.devnull)
@@ -67,8 +65,6 @@ def main():
     parser.add_argument("--models", nargs="*", default=["demo", "qwen2.5-coder-0.5b"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--llama-n-batch", type=int,
-                        help="llama.cpp's n_batch/n_ubatch (default: its own)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from apr_native.real_models import locate
@@ -77,9 +73,7 @@ def main():
     commands = [(baseline, [sys.executable, "-c", "import json"]),
                 ("apr --help", [APR, "--help"])]
     peers = {"apr --help": baseline}
-    batch = ", n_batch={0}, n_ubatch={0}".format(args.llama_n_batch) if args.llama_n_batch \
-        else ""
-    llama = LLAMA_CPP_ONE_TOKEN.format(threads=args.threads, batch=batch)
+    llama = LLAMA_CPP_ONE_TOKEN.format(threads=args.threads)
     for name, path in paths.items():
         for suffix in ((), ("--json",)):
             label = "apr inspect {}{}".format(name, " --json" if suffix else "")
