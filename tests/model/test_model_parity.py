@@ -220,3 +220,38 @@ def test_gguf_rope_convention_per_arch(tmp_path, family, arch, permute, style):
     delta = float(np.abs(ours.forward(PROMPT) - torch_logits(model, PROMPT)).max())
     print("{} GGUF: max |delta| = {:.3g}".format(family, delta))
     assert delta <= 1e-3
+
+
+def _gemma3_270m_shapes():
+    """Gemma-3-270M's layer shapes (hidden 640, 4 query heads and 1 KV head of 256, MLP
+    2048, query_pre_attn_scalar 256, 5 local layers then a global one, RoPE 1e6 global and
+    10000 local) with a window of 4 instead of 512 and a small vocabulary."""
+    params = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    return transformers.Gemma3TextConfig(
+        vocab_size=512, hidden_size=640, intermediate_size=2048, num_hidden_layers=7,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=4,
+        query_pre_attn_scalar=256, rope_parameters=params, max_position_embeddings=64)
+
+
+def test_gemma3_sliding_window_past_the_window_with_real_shapes(tmp_path):
+    """16 tokens through a window of 4 (four windows deep) with Gemma-3-270M's shapes: the
+    logits of every position equal transformers' (prefill, and decode through the KV
+    cache), and they would not without the window."""
+    config = _gemma3_270m_shapes()
+    model = build_hf_model(config, tmp_path)
+    ours = Transformer.from_path(str(tmp_path))
+    assert ours.config.sliding_window == 4
+    assert ours.config.layer_types == ("sliding",) * 5 + ("full", "sliding")
+    prompt = PROMPT + [400, 11, 302, 7]                     # 16 tokens
+    expected = torch_logits(model, prompt)
+    full = ours.forward(prompt)
+    delta = float(np.abs(full - expected).max())
+    print("gemma3 270M shapes, window 4, 16 tokens: max |delta| = {:.3g}".format(delta))
+    assert delta <= 1e-3
+    cache = ours.new_cache(len(prompt))
+    steps = [ours.forward(prompt[:3], cache)] + [ours.forward([t], cache) for t in prompt[3:]]
+    assert float(np.abs(np.concatenate(steps, axis=0) - expected).max()) <= 1e-3
+    for block in ours.blocks:
+        block.sliding = False
+    assert float(np.abs(ours.forward(prompt)[4:] - expected[4:]).max()) > 1e-2
