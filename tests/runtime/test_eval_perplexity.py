@@ -82,47 +82,70 @@ def test_too_short_a_text_is_refused():
     assert err.value.code == ErrorCode.ARGUMENT
 
 
+# apr's perplexity equals llama.cpp's within PPL_RTOL (relative). Measured on these 4
+# chunks of 32 tokens (llama-cpp-python 0.3.36 built without AMX, 2 threads): SmolLM2
+# 14.2320 vs 14.1506 (rel 0.0058), Qwen2.5 19.0948 vs 19.1060 (rel 0.0006).
+PPL_RTOL = 0.01
+# Centered logits among apr's 20 likeliest tokens, every scored row: measured worst 0.617
+# on SmolLM2 (chunk 0, last scored row; typical rows 0.1-0.4) and 0.256 on Qwen2.5.
+# test_llama_cpp_parity.py holds 0.6 on single-token decode steps; llama.cpp's batched
+# prompt evaluation quantizes activations to 8 bits the same way and lands just above it,
+# while apr's rows equal its own dequantized float32 forward within 2e-5 there. A kernel
+# bug moves these logits by units, not tenths.
+LOGIT_TOL = 0.7
+TOP = 20
+
+
 @pytest.mark.real_model
 @pytest.mark.oracle
-def test_perplexity_matches_llama_cpp_on_smollm2(smollm2_gguf, zen_file):
-    """Same tokens, same chunks, same scored positions as llama.cpp; each token's NLL
-    differs from the one llama.cpp's logits give by at most twice the largest logit
-    difference of its row (log-softmax moves no more than that), and the CLI reports
-    exactly what the function computes."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+@pytest.mark.native
+@pytest.mark.parametrize("name", ["smollm2", "qwen"])
+def test_perplexity_matches_llama_cpp(name, request, zen_file):
+    """Same tokens, same chunks, same scored positions as llama.cpp's perplexity scheme:
+    `apr eval`'s perplexity (the default runtime) equals the one llama.cpp's logits give,
+    and apr's centered logits match llama.cpp's on each scored row."""
+    import llama_cpp
     from apr_core.runtime.text_model import TextModel
-    model = TextModel.load(smollm2_gguf, dequantize_at_load=True)
+    path = request.getfixturevalue("smollm2_gguf" if name == "smollm2" else "qwen_gguf")
+    model = TextModel.load(path)
     tokenizer = model.tokenizer
     ids = tokenizer.encode(ZEN * 2, add_special=True, parse_special=False)
-    code, cli = apr_json("eval", smollm2_gguf, "--dataset", zen_file, "--ctx", str(N_CTX),
-                         "--backend", "numpy", "--dequantize", "--chunks", "4")
+    code, cli = apr_json("eval", path, "--dataset", zen_file, "--ctx", str(N_CTX),
+                         "--chunks", "4")
     assert code == 0 and cli["chunks"] == 4 and cli["tokens"] == len(ids)
     first = N_CTX // 2
-    llm = llama_cpp.Llama(smollm2_gguf, n_ctx=N_CTX, logits_all=True, verbose=False,
-                          n_threads=2)
+    llm = llama_cpp.Llama(path, n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=2)
+    worst = 0.0
     try:
         assert llm.tokenize((ZEN * 2).encode(), add_bos=tokenizer.add_bos,
                             special=False) == ids
         ours_nll, theirs_nll = [], []
         for chunk in range(cli["chunks"]):
             batch = ids[chunk * N_CTX:(chunk + 1) * N_CTX]
+            if tokenizer.add_bos:
+                batch = [tokenizer.bos_id] + batch[1:]       # llama-perplexity's BOS
             llm.reset()
             llm.eval(batch)
             theirs = np.array(llm.scores[:N_CTX], np.float32)[first:N_CTX - 1]
             hidden = model.transformer.hidden_states(batch, model.transformer.new_cache(N_CTX))
             ours = model.transformer.lm_head.matmul(hidden[first:N_CTX - 1])  # [15, n_vocab]
             targets = batch[first + 1:]
-            a, b = _reference_nll(ours, targets), _reference_nll(theirs, targets)
-            bound = 2 * np.abs(ours - theirs).max(axis=1) + 1e-9           # [15]
-            assert (np.abs(a - b) <= bound).all(), (np.abs(a - b), bound)
-            ours_nll.extend(a)
-            theirs_nll.extend(b)
+            ours_nll.extend(_reference_nll(ours, targets))
+            theirs_nll.extend(_reference_nll(theirs, targets))
+            for mine, ref in zip(ours, theirs):
+                top = np.argsort(mine)[-TOP:]
+                moved = ref[top] - mine[top]
+                worst = max(worst, float(np.abs(moved - moved.mean()).max()))
     finally:
         llm.close()
-    assert cli["nll"] == pytest.approx(np.mean(ours_nll), rel=1e-9)
+    ppl_ours, ppl_theirs = math.exp(np.mean(ours_nll)), math.exp(np.mean(theirs_nll))
+    print("{}: apr PPL {:.4f} (CLI {:.4f}), llama.cpp PPL {:.4f}, rel {:.4f}; worst centered "
+          "logit {:.3f}".format(name, ppl_ours, cli["ppl"], ppl_theirs,
+                                abs(cli["ppl"] / ppl_theirs - 1), worst))
     assert cli["tokens_scored"] == len(ours_nll)
-    print("apr PPL {:.4f}, llama.cpp logits PPL {:.4f}".format(
-        math.exp(np.mean(ours_nll)), math.exp(np.mean(theirs_nll))))
+    assert cli["nll"] == pytest.approx(np.mean(ours_nll), rel=1e-4)
+    assert cli["ppl"] == pytest.approx(ppl_theirs, rel=PPL_RTOL)
+    assert worst <= LOGIT_TOL
 
 
 @pytest.mark.real_model
