@@ -12,9 +12,14 @@ Mounts map a URL prefix to a directory; the longest matching prefix wins::
 
 `faults` lets tests make the server misbehave on purpose (a corrupted byte, a connection
 dropped mid-body); it is empty in normal use.
+
+State stays bounded however long it runs: `requests` keeps the last `REQUEST_LOG` requests
+(a ring), `request_count` counts them all, and byte counts are kept per file path, never
+per client-chosen URL spelling.
 """
 from __future__ import annotations
 
+import collections
 import email.utils
 import os
 import posixpath
@@ -24,7 +29,7 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, Optional, Tuple
 
 MIME = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": "text/javascript",
@@ -33,6 +38,7 @@ MIME = {
     ".map": "application/json", ".txt": "text/plain; charset=utf-8",
 }
 CHUNK = 1 << 18
+REQUEST_LOG = 4096          # requests remembered for tests and debugging (a ring)
 FAULT_PAUSE_S = 1.0
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
 
@@ -74,7 +80,10 @@ class StaticServer:
                               for p, d in mounts.items()), key=lambda m: -len(m[0]))
         self.extra_headers = dict(extra_headers or {})
         self.faults: Dict[str, Fault] = {}
-        self.requests: List[Tuple[str, Optional[str], int]] = []  # (path, Range, status)
+        # (path, Range, status) of the last REQUEST_LOG requests
+        self.requests: Deque[Tuple[str, Optional[str], int]] = collections.deque(
+            maxlen=REQUEST_LOG)
+        self.request_count = 0
         self._sent: Dict[str, int] = {}
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
@@ -113,12 +122,14 @@ class StaticServer:
             self.requests.clear()
 
     def _count(self, path: str, n: int) -> None:
+        # `path` is normalised and names a served file, so there is one key per file.
         with self._lock:
             self._sent[path] = self._sent.get(path, 0) + n
 
     def _log(self, path: str, rng: Optional[str], status: int) -> None:
         with self._lock:
-            self.requests.append((path, rng, status))
+            self.request_count += 1
+            self.requests.append((path[:256], None if rng is None else rng[:64], status))
 
     def resolve(self, url_path: str) -> Optional[str]:
         """The file a URL path maps to, or None (never outside its mount's directory)."""
@@ -152,6 +163,15 @@ def _handler_for(server: StaticServer) -> type:
 
         def log_message(self, *args: object) -> None:  # quiet: tests and `apr web --json`
             pass
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body are separate writes: without this, Nagle's algorithm holds
+            # the body until the client's delayed ACK (~40 ms per keep-alive response).
+            try:
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
 
         def _headers(self, status: int, length: int, ctype: str,
                      extra: Optional[Dict[str, str]] = None) -> None:
@@ -207,6 +227,7 @@ def _handler_for(server: StaticServer) -> type:
         def _send_body(self, full: str, path: str, start: int, end: int) -> None:
             fault = next((hook for prefix, hook in server.faults.items()
                           if path.startswith(prefix)), None)
+            counted = posixpath.normpath(urllib.parse.unquote(path))   # one key per file
             with open(full, "rb") as handle:
                 handle.seek(start)
                 offset = start
@@ -221,7 +242,7 @@ def _handler_for(server: StaticServer) -> type:
                         self.wfile.write(chunk)
                     except (BrokenPipeError, ConnectionResetError):
                         return
-                    server._count(path, len(chunk))
+                    server._count(counted, len(chunk))
                     if len(chunk) < expected:
                         # Simulated network failure: the body stops here and the socket
                         # closes, after a pause so the client has read what was sent (a
