@@ -18,6 +18,7 @@ import zipfile
 from typing import Any, Dict, List, Optional
 
 import apr_core
+from apr_core.atomic import atomic_output
 
 WHEEL_NAME = "apr_core.whl"
 # URL prefix -> path relative to the web/ directory (npm packages live in web/node_modules).
@@ -70,13 +71,12 @@ def build_core_wheel(dest_dir: str) -> str:
     files[dist + "/RECORD"] = ("\n".join(record) + "\n").encode()
     os.makedirs(dest_dir, exist_ok=True)
     path = os.path.join(dest_dir, WHEEL_NAME)
-    tmp = path + ".tmp"
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as wheel:
+    with atomic_output(path) as handle, \
+            zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as wheel:
         for arc, data in files.items():
             info = zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             wheel.writestr(info, data)
-    os.replace(tmp, path)
     return path
 
 
