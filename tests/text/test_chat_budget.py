@@ -10,7 +10,9 @@ from apr_core.text.chat import render_chat
 from apr_core.text.chat_probe import describe_template, probe_template
 from apr_core.text.chat_sandbox import Limits
 
-jinja2 = pytest.importorskip("jinja2")
+from requires import needs
+
+pytestmark = needs("jinja2")       # the sandbox is jinja2's; without it templates are built-ins
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -21,8 +21,10 @@ from apr_core.text.chat_probe import probe_template
 
 # transformers and HF tokenizers: the main Python only (deselected on the Python 3.8 run)
 pytestmark = pytest.mark.native
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+from requires import needs
+
+# transformers and HF tokenizers do not install on the Python 3.8 run: deselected there.
+pytestmark = needs("transformers", "tokenizers", "jinja2")
 
 CACHE = os.environ.get("APR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "apr")
 TEMPLATES = os.path.join(CACHE, "llama.cpp-src", "models", "templates")
@@ -51,6 +53,8 @@ CONVERSATIONS = {
 @pytest.fixture(scope="module")
 def hf_tokenizer():
     """A transformers tokenizer whose only job is apply_chat_template (bos/eos as given)."""
+    import tokenizers
+    import transformers
     model = tokenizers.models.WordLevel({"<unk>": 0}, unk_token="<unk>")
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tokenizers.Tokenizer(model), bos_token=BOS, eos_token=EOS)
