@@ -2,7 +2,7 @@
 
 Each family is built by transformers from a real config class (shapes cut down), saved as a
 Hugging Face directory (config.json + model.safetensors), loaded by apr through
-`open_model(dir)` and checked position by position: max |logit difference| <= 1e-3 on a
+`open_model(dir)` and checked position by position: max |logit difference| <= 1e-4 on a
 12-token prompt, and prefill + token-by-token decode through the KV cache equal to the full
 recompute within 1e-5 (seed 004 §12). The same weights written as GGUF files the way
 llama.cpp's converter writes them (LLaMA: Q/K rows permuted, interleaved RoPE; Qwen2: not
@@ -20,6 +20,9 @@ from llama_cpp_layout import GEMMA3_GGUF_NAMES, GGUF_NAMES, permute_for_llama_cp
 pytestmark = [pytest.mark.oracle, pytest.mark.native]
 
 PROMPT = [3, 17, 200, 45, 9, 128, 77, 5, 250, 61, 33, 140]
+# Measured max |logit difference| on these models: 6e-7 .. 2.6e-6 (Gemma-3: 7.6e-6 with
+# Gemma-3-270M's layer shapes); the README's 1e-4 holds with a margin of 13x.
+TOL = 1e-4
 SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)
 
@@ -95,7 +98,7 @@ def test_logits_match_transformers(family_case):
     assert got.shape == expected.shape == (len(PROMPT), 256)
     delta = float(np.abs(got - expected).max())
     print("{}: max |delta| = {:.3g}".format(name, delta))
-    assert delta <= 1e-3, name
+    assert delta <= TOL, name
 
 
 def test_kv_cache_decode_equals_full_recompute(family_case):
@@ -126,7 +129,7 @@ def test_sliding_window_changes_mistral_logits(tmp_path):
     assert ours.config.sliding_window == 4
     assert set(ours.config.layer_types) == {"sliding"}
     expected = torch_logits(model, PROMPT)
-    assert float(np.abs(ours.forward(PROMPT) - expected).max()) <= 1e-3
+    assert float(np.abs(ours.forward(PROMPT) - expected).max()) <= TOL
     for block in ours.blocks:
         block.sliding = False
     assert float(np.abs(ours.forward(PROMPT)[4:] - expected[4:]).max()) > 1e-3
@@ -203,7 +206,7 @@ def test_gemma3_gguf_norms_and_layer_pattern(tmp_path):
     assert cfg.rope_scaling.kind == "linear" and cfg.rope_theta_local == 10000.0
     delta = float(np.abs(ours.forward(PROMPT) - torch_logits(model, PROMPT)).max())
     print("gemma3 GGUF: max |delta| = {:.3g}".format(delta))
-    assert delta <= 1e-3
+    assert delta <= TOL
 
 
 @pytest.mark.parametrize("family,arch,permute,style", [
@@ -219,7 +222,7 @@ def test_gguf_rope_convention_per_arch(tmp_path, family, arch, permute, style):
     assert ours.config.source == "gguf" and ours.config.rope_style == style
     delta = float(np.abs(ours.forward(PROMPT) - torch_logits(model, PROMPT)).max())
     print("{} GGUF: max |delta| = {:.3g}".format(family, delta))
-    assert delta <= 1e-3
+    assert delta <= TOL
 
 
 def _gemma3_270m_shapes():
@@ -248,10 +251,10 @@ def test_gemma3_sliding_window_past_the_window_with_real_shapes(tmp_path):
     full = ours.forward(prompt)
     delta = float(np.abs(full - expected).max())
     print("gemma3 270M shapes, window 4, 16 tokens: max |delta| = {:.3g}".format(delta))
-    assert delta <= 1e-3
+    assert delta <= TOL
     cache = ours.new_cache(len(prompt))
     steps = [ours.forward(prompt[:3], cache)] + [ours.forward([t], cache) for t in prompt[3:]]
-    assert float(np.abs(np.concatenate(steps, axis=0) - expected).max()) <= 1e-3
+    assert float(np.abs(np.concatenate(steps, axis=0) - expected).max()) <= TOL
     for block in ours.blocks:
         block.sliding = False
     assert float(np.abs(ours.forward(prompt)[4:] - expected[4:]).max()) > 1e-2
