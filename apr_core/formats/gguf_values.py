@@ -128,7 +128,7 @@ class Cursor:
         """Make the buffer hold [anchor, end) (anchor <= pos), reading ahead to the floor."""
         self._check_end(end, what)
         buf_end = self._buf_start + len(self._buf)
-        if end > buf_end:
+        if end > buf_end:   # keep [anchor, buf_end), read on from buf_end
             want = max(end, min(self.floor, self.pos + _CHUNK))
             keep = self._buf[anchor - self._buf_start:]
             self._buf = keep + self.source.read(buf_end, want - buf_end)
@@ -144,13 +144,21 @@ class Cursor:
     def skip_strings(self, count: int, after: int, what: str) -> bytes:
         """Walk `count` length-prefixed strings without decoding them (`after` = bytes known
         to follow them) and return their raw bytes: lengths are bounded like `string`."""
-        start = self.pos
         unpack = _U64.unpack_from
+        pieces: List[bytes] = []
+        seg = self.pos                       # bytes from here on are not in `pieces` yet
         done = 0
-        while done < count:
-            # The remaining lengths belong to the header; the next one must be buffered.
-            self.promise((count - done) * STR.size + after, what)
-            self._fill(self.pos + STR.size, what, start)
+        while True:
+            self.promise((count - done) * STR.size + after, what)   # the lengths left
+            need = self.pos + (STR.size if done < count else 0)
+            buf_end = self._buf_start + len(self._buf)
+            if need > buf_end:               # save what is walked, then refill (no re-copy)
+                anchor = min(self.pos, buf_end)
+                pieces.append(self._buf[seg - self._buf_start:anchor - self._buf_start])
+                seg = anchor
+                self._fill(need, what, anchor)
+            if done == count:
+                break
             buf, base = self._buf, self._buf_start
             rel = self.pos - base
             index = done
@@ -160,13 +168,11 @@ class Cursor:
                 index = count
             except struct.error:
                 pass
-            # strings done..index-1 are walked; rel is where string `index` starts
             self.promise(base + rel - self.pos, what)    # E002/E008 for a hostile length
             self.pos = base + rel
             done = index
-        self.promise(after, what)
-        self._fill(self.pos, what, start)
-        return self._buf[start - self._buf_start:self.pos - self._buf_start]
+        pieces.append(self._buf[seg - self._buf_start:self.pos - self._buf_start])
+        return b"".join(pieces)
 
     def u32(self, what: str) -> int:
         return _U32.unpack(self.take(4, what))[0]
