@@ -3,10 +3,10 @@ text histogram of `apr tensors --hist` (seed 000 §4.2.1)."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator, List, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, List, Sequence
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:                    # rich loads when something is drawn (not for --json)
+    from rich.console import Console
 
 from .common import quiet
 
@@ -18,6 +18,7 @@ BAR = "█"
 def console() -> Console:
     """stdout console: colour as `config.color_enabled` says (APR_COLOR, NO_COLOR, the
     config file, a TTY), never with APR_QUIET=1."""
+    from rich.console import Console
     from apr_native.config import color_enabled
     tty = sys.stdout.isatty()
     colour = color_enabled(tty) and not quiet()
@@ -29,6 +30,7 @@ def console() -> Console:
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                 right: Sequence[str] = ()) -> None:
     """A rich table; `right` names the columns to right-align (numbers)."""
+    from rich.table import Table
     table = Table(title=title, title_justify="left", show_edge=False, box=None,
                   pad_edge=False)
     for column in columns:
@@ -76,6 +78,7 @@ def progress(items: Sequence[Any], description: str) -> Iterator[Any]:
     if quiet() or len(items) < 2:
         yield from items
         return
+    from rich.console import Console
     from rich.progress import Progress
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=len(items))
