@@ -80,10 +80,15 @@ class KVCache:
         self.length += n_new
 
     def truncate(self, length: int) -> None:
-        """Forget positions from `length` on (e.g. to re-use a shared prompt prefix)."""
+        """Forget positions `length ..` (a shared prompt prefix re-used, a rejected
+        speculative draft): they are zeroed, so the cache is byte for byte what it was
+        before they were stored."""
         if not 0 <= length <= self.length:
             raise AprError(ErrorCode.ARGUMENT, "cannot truncate the KV cache beyond its length",
                            length=length, current=self.length)
+        for k, v in zip(self.k, self.v):       # each [n_kv, capacity, hd]
+            k[:, length:self.length] = 0.0
+            v[:, length:self.length] = 0.0
         self.length = length
 
     def reset(self) -> None:

@@ -27,6 +27,7 @@ from .batching.request import ErrorEvent, FinishEvent, GenerationRequest, TokenE
 from .batching.scheduler import DEFAULT_MAX_BATCH, DEFAULT_STEP_TOKENS, Scheduler
 from .batching.session import PagedSession
 from .sampling import SamplerConfig
+from .speculative import SpeculativeConfig
 from .text_model import Generation, Piece, TextModel
 
 DEFAULT_KV_MEMORY = 2 << 30     # bytes of KV blocks (virtual until written)
@@ -137,31 +138,40 @@ class Engine:
                 scheduler.cancel(state)
 
     def stream(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
-               max_tokens: int = 128, stop: Sequence[str] = ()
+               max_tokens: int = 128, stop: Sequence[str] = (),
+               speculative: Optional[SpeculativeConfig] = None,
+               report: Optional[Callable[[FinishEvent], None]] = None
                ) -> Generator[Piece, None, str]:
         """Pieces of one greedy (or sampled) generation, as `TextModel.stream` gives; the
-        generator returns the finish reason ("stop", "length", ...)."""
+        generator returns the finish reason ("stop", "length", ...). `speculative`: draft
+        and verify (same ids when greedy, same distribution when sampling); `report` gets
+        the FinishEvent (its `speculative` counters)."""
         request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
-                                    max_tokens, tuple(stop))
+                                    max_tokens, tuple(stop), speculative=speculative)
         for event in self.events(request):
             if isinstance(event, TokenEvent):
                 yield Piece(event.token_id, event.text)
             elif isinstance(event, FinishEvent):
+                if report is not None:
+                    report(event)
                 if event.text:
                     yield Piece(-1, event.text)
                 return event.finish_reason
         return "length"
 
     def generate(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
-                 max_tokens: int = 128, stop: Sequence[str] = ()) -> Generation:
-        """One generation to its end: text, ids, the generator's finish reason, timings."""
+                 max_tokens: int = 128, stop: Sequence[str] = (),
+                 speculative: Optional[SpeculativeConfig] = None) -> Generation:
+        """One generation to its end: text, ids, the generator's finish reason, timings
+        (and the speculative counters when `speculative` is given)."""
         request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
-                                    max_tokens, tuple(stop))
+                                    max_tokens, tuple(stop), speculative=speculative)
         start = time.perf_counter()
         first: Optional[float] = None
         text: List[str] = []
         ids: List[int] = []
         finish = "length"
+        counters = None
         for event in self.events(request):
             if first is None:
                 first = time.perf_counter()
@@ -169,11 +179,12 @@ class Engine:
                 ids.append(event.token_id)
             else:
                 finish = event.finish_reason
+                counters = event.speculative
             text.append(event.text)
         end = time.perf_counter()
         first = first or end
         return Generation("".join(text), ids, len(request.prompt_ids), finish, first - start,
-                          end - first)
+                          end - first, counters)
 
 
 __all__ = ["Engine", "EngineOptions", "DEFAULT_KV_MEMORY"]

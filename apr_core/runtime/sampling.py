@@ -173,20 +173,47 @@ class Sampler:
     def __call__(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """Pick the next token from `logits [n_vocab]` given the token `history`."""
         c = self.config
-        z = np.asarray(logits, np.float64).reshape(-1)
-        if c.repetition_penalty != 1.0 or c.presence_penalty or c.frequency_penalty:
-            z = apply_penalties(z, history, c.repetition_penalty, c.presence_penalty,
-                                c.frequency_penalty, c.penalty_last_n)
+        z = self._penalised(logits, history)
         if c.temperature <= 0.0:
             return greedy(z)
         if c.mirostat == 2:
             return self._mirostat_v2(z / c.temperature)
+        return self.draw(self._filtered_probs(z))
+
+    @property
+    def stateless(self) -> bool:
+        """True when a draw depends only on the logits, the history and the RNG (not on
+        Mirostat's running mu), so `distribution` describes it exactly."""
+        return self.config.mirostat == 0 or self.config.temperature <= 0.0
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
+        """`[n_vocab]` float64: the probabilities `__call__` draws from (one-hot at the
+        argmax when greedy); what speculative verification compares a draft against."""
+        if not self.stateless:
+            raise AprError(ErrorCode.UNSUPPORTED, "Mirostat's draw has no fixed distribution")
+        z = self._penalised(logits, history)
+        if self.config.temperature <= 0.0:
+            probs = np.zeros(z.size, np.float64)
+            probs[greedy(z)] = 1.0
+            return probs
+        return self._filtered_probs(z)
+
+    def _penalised(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
+        c = self.config
+        z = np.asarray(logits, np.float64).reshape(-1)
+        if c.repetition_penalty != 1.0 or c.presence_penalty or c.frequency_penalty:
+            z = apply_penalties(z, history, c.repetition_penalty, c.presence_penalty,
+                                c.frequency_penalty, c.penalty_last_n)
+        return z
+
+    def _filtered_probs(self, z: np.ndarray) -> np.ndarray:
+        c = self.config
         z = top_k_filter(z, c.top_k)
         z = tail_free_filter(z, c.tfs_z)
         z = typical_filter(z, c.typical_p)
         z = top_p_filter(z, c.top_p)
         z = min_p_filter(z, c.min_p)
-        return self.draw(softmax(z / c.temperature))
+        return softmax(z / c.temperature)
 
     def _mirostat_v2(self, z: np.ndarray) -> int:
         """Mirostat v2: drop tokens more surprising than mu bits, draw, then move mu

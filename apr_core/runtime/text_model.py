@@ -40,10 +40,11 @@ class Generation(NamedTuple):
     finish_reason: str          # "stop" (EOS or stop string) or "length"
     prefill_seconds: float
     decode_seconds: float
+    speculative: Optional[Dict[str, Any]] = None   # speculative.speculative_stats
 
     def as_dict(self) -> Dict[str, Any]:
         decoded = max(len(self.token_ids) - 1, 0)
-        return {
+        out = {
             "text": self.text,
             "token_ids": self.token_ids,
             "prompt_tokens": self.prompt_tokens,
@@ -56,6 +57,9 @@ class Generation(NamedTuple):
                 "decode_tok_s": _rate(decoded, self.decode_seconds),
             },
         }
+        if self.speculative is not None:
+            out["speculative"] = self.speculative
+        return out
 
 
 def _rate(count: int, seconds: float) -> Optional[float]:

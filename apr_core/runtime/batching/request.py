@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from ..sampling import SamplerConfig
+from ..speculative import SpeculativeConfig
 
 MAX_TOP_LOGPROBS = 20
 
@@ -60,6 +61,7 @@ class GenerationRequest:
     constraint: Optional[TokenConstraint] = None                 # cloned per choice
     n: int = 1
     ignore_eos: bool = False
+    speculative: Optional[SpeculativeConfig] = None   # draft and verify (speculative.py)
 
 
 @dataclass
@@ -79,6 +81,7 @@ class FinishEvent:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0                  # prompt tokens served from the prefix cache
+    speculative: Optional[Dict[str, Any]] = None   # speculative.speculative_stats, if used
 
 
 @dataclass

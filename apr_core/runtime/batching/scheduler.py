@@ -20,6 +20,13 @@ findable in the prefix cache) and it goes back to the front of the queue, to be
 recomputed (prompt + what it generated) on readmission; its sampler state is kept, so
 its output is what it would have been. A sequence alone in the batch that still runs out
 ends with finish_reason "length".
+
+Speculative decoding (a request's `speculative`, see `runtime/speculative.py`): a decoding
+sequence's step runs its pending token plus a draft as rows of the same pass; all their
+logits come back and are verified in order (`_verify`); the computed length then moves
+back past what was rejected. On a backend whose kernels change with the row count
+(`min_prefill_rows` > 1: numba's integer dots up to 4 rows) a sequence's verification
+rows stay below that count, so every row is computed as one-token decoding computes it.
 """
 from __future__ import annotations
 
@@ -61,12 +68,15 @@ class Scheduler:
         self.max_batch = max_batch
         self.step_tokens = max(step_tokens, max_batch)
         self.min_prefill_rows = max(1, min_prefill_rows)
+        # most rows a verification pass may have and still compute as decoding does
+        self.verify_rows = self.min_prefill_rows - 1 if self.min_prefill_rows > 1 else 0
         self.waiting: Deque[Sequence] = deque()
         self.running: List[Sequence] = []
         self._ids = itertools.count()
         self.eog = frozenset(tokenizer.eog_ids)
         self.stats: Dict[str, int] = {"prompt_tokens": 0, "cached_tokens": 0,
-                                      "generated_tokens": 0, "preempted": 0, "steps": 0}
+                                      "generated_tokens": 0, "preempted": 0, "steps": 0,
+                                      "drafted_tokens": 0, "accepted_tokens": 0}
 
     # ------------------------------------------------------------------ requests
 
@@ -121,26 +131,36 @@ class Scheduler:
         self.stats["steps"] += 1
         ids: List[int] = []
         for seq, count in segments:
-            ids.extend(seq.tokens[seq.computed:seq.computed + count])
+            ids.extend(seq.pending(count))
         batch = BatchKV(self.pool, [(seq.blocks, seq.computed, count)
                                     for seq, count in segments], self.model.kernels)
-        sampling = [i for i, (seq, count) in enumerate(segments)
-                    if seq.computed + count == len(seq.tokens)]
+        # speculative decode steps: their pending token and draft are all verified
+        verified = {i for i, (seq, count) in enumerate(segments)
+                    if seq.speculator is not None and seq.generated
+                    and seq.computed == len(seq.tokens) - 1 and count == seq.to_compute}
+        # (segment, rows whose logits it needs): the last, or all of a verified one
+        sampling = [(i, count if i in verified else 1)
+                    for i, (seq, count) in enumerate(segments) if count == seq.to_compute]
+        rows = [batch.last_rows[i] - n + 1 + r for i, n in sampling for r in range(n)]
         try:
-            logits = self.model.forward_rows(ids, batch, [batch.last_rows[i]
-                                                          for i in sampling])
+            logits = self.model.forward_rows(ids, batch, rows)      # [len(rows), n_vocab]
         except Exception as err:   # a failed step fails its requests, not the scheduler
             for seq, _ in segments:
                 self._fail(seq.state, err)
             return 0
-        for seq, count in segments:
-            seq.computed += count
-            self._register_full_blocks(seq)
-        for row, i in enumerate(sampling):
+        for i, (seq, count) in enumerate(segments):
+            if i not in verified:
+                seq.computed += count
+                self._register_full_blocks(seq)
+        first = 0
+        for i, n in sampling:
             seq = segments[i][0]
-            if not seq.finished:
+            if i in verified and not seq.finished:
+                self._verify(seq, logits[first:first + n])           # [n, n_vocab]
+            elif not seq.finished:
                 for choice in self._fork(seq):
-                    self._sample(choice, logits[row])                 # [n_vocab]
+                    self._sample(choice, logits[first])               # [n_vocab]
+            first += n
         return len(ids)
 
     def _admit(self) -> None:
@@ -184,6 +204,8 @@ class Scheduler:
         for seq in sorted(self.running, key=lambda s: not s.decoding):
             if seq not in self.running:           # preempted while planning
                 continue
+            if seq.speculator is not None and seq.decoding:
+                self._draft(seq, budget)
             count = min(seq.to_compute, budget)
             if count <= 0:
                 continue
@@ -192,6 +214,46 @@ class Scheduler:
             segments.append((seq, count))
             budget -= count
         return [(seq, count) for seq, count in segments if seq in self.running]
+
+    def _draft(self, seq: Sequence, budget: int) -> None:
+        """Let `seq`'s speculator draft what this step can verify: within the token
+        budget, the backend's exact row count, max_tokens, the context, and the blocks
+        the pool has free (a draft never preempts anyone)."""
+        bs, cfg = self.pool.block_size, self.model.config
+        room = (len(seq.blocks) + self.pool.free) * bs - len(seq.tokens)
+        limit = min(budget - 1, seq.state.request.max_tokens - seq.generated - 1,
+                    cfg.max_ctx - len(seq.tokens) - 1, room)
+        if self.verify_rows:
+            limit = min(limit, self.verify_rows - 1)
+        seq.speculator.propose(seq.tokens, limit)
+
+    def _verify(self, seq: Sequence, logits: np.ndarray) -> None:
+        """Check `seq`'s pending token's and draft's rows `logits [1 + draft, n_vocab]` in
+        order: emit each kept draft token, then the first token that is not the draft's
+        (or the bonus token after the whole draft); forget the rejected rows' KV."""
+        spec = seq.speculator
+        spec.start_pass()
+        self.stats["drafted_tokens"] += len(spec.draft)
+        for row in range(logits.shape[0]):
+            token, kept = spec.verify(seq.sampler, seq.mask_logits(logits[row], self.eog),
+                                      seq.tokens, row)
+            spec.record(kept)
+            self.stats["accepted_tokens"] += kept
+            self._take(seq, token, logits[row])
+            if seq.finished or not kept:
+                break
+        spec.end_pass()
+        if seq.finished:
+            return
+        # the pending token and the kept drafts have their KV; the last emitted token is
+        # the new pending one; the rejected rows' KV is zeroed, their blocks released
+        end = seq.computed + logits.shape[0]                 # positions the pass wrote
+        seq.computed = len(seq.tokens) - 1
+        self.pool.clear(seq.blocks, seq.computed, end)       # rejected rows: as never drafted
+        keep = -(-(seq.computed + 1) // self.pool.block_size)
+        self.pool.release_all(seq.blocks[keep:])           # blocks only rejected rows used
+        del seq.blocks[keep:]
+        self._register_full_blocks(seq)
 
     def _grow(self, seq: Sequence, positions: int) -> bool:
         """Blocks for `positions` positions of `seq`, preempting others when needed."""
@@ -260,11 +322,14 @@ class Scheduler:
     # ------------------------------------------------------------------ sampling
 
     def _sample(self, seq: Sequence, logits: np.ndarray) -> None:
-        req = seq.state.request
         if seq.constraint is not None and seq.constraint.done():
             self._finish(seq, seq.constraint.finish_reason)
             return
-        token = seq.sampler(seq.mask_logits(logits, self.eog), seq.tokens)
+        self._take(seq, seq.sampler(seq.mask_logits(logits, self.eog), seq.tokens), logits)
+
+    def _take(self, seq: Sequence, token: int, logits: np.ndarray) -> None:
+        """`token` is `seq`'s next (chosen from `logits [n_vocab]`): emit it or finish."""
+        req = seq.state.request
         if (token in self.eog and not req.ignore_eos) or token in req.stop_ids:
             self._finish(seq, "stop")
             return
@@ -294,7 +359,8 @@ class Scheduler:
         self._drop(seq)
         state.finished += 1
         state.emit(FinishEvent(seq.index, reason, seq.text.finish(), seq.n_prompt,
-                               seq.generated, seq.cached_tokens))
+                               seq.generated, seq.cached_tokens, None
+                               if seq.speculator is None else seq.speculator.stats()))
 
     def _drop(self, seq: Sequence) -> None:
         """Out of the queues, blocks released."""

@@ -9,6 +9,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from ..sampling import Sampler
+from ..speculative import Speculator
 from ...text.text_stream import TextStream
 from .request import GenerationRequest
 
@@ -56,12 +57,27 @@ class Sequence:
         self.text = TextStream(tokenizer, req.stop)
         self.constraint = req.constraint if index == 0 or req.constraint is None \
             else req.constraint.fork()
+        # speculation needs a sampler whose draw has a fixed distribution and no grammar
+        # state to roll back
+        self.speculator = Speculator(req.speculative, config) \
+            if req.speculative is not None and self.constraint is None \
+            and self.sampler.stateless else None
         self.finished = False
 
     @property
+    def draft(self) -> List[int]:
+        """Tokens drafted after `tokens` for the coming step (speculative decoding)."""
+        return self.speculator.draft if self.speculator is not None else []
+
+    @property
     def to_compute(self) -> int:
-        """Positions whose K and V are still to be computed before the next sample."""
-        return len(self.tokens) - self.computed
+        """Positions whose K and V are still to be computed before the next sample (the
+        draft's included)."""
+        return len(self.tokens) + len(self.draft) - self.computed
+
+    def pending(self, count: int) -> List[int]:
+        """The next `count` ids to run: uncomputed tokens, then the draft."""
+        return (self.tokens + self.draft)[self.computed:self.computed + count]
 
     @property
     def decoding(self) -> bool:
@@ -72,6 +88,8 @@ class Sequence:
         self.computed = 0
         self.blocks = []
         self.keys = []
+        if self.speculator is not None:
+            self.speculator.end_pass()
 
     def mask_logits(self, logits: np.ndarray, eog_ids: Any) -> np.ndarray:
         """`logits [n_vocab]` float64 with logit_bias added and forbidden tokens (by the

@@ -13,6 +13,7 @@ from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
 from . import chat_template_arg
 from . import prompting
+from . import speculate_args
 from .common import emit_json
 
 COMMANDS = {
@@ -44,9 +45,11 @@ def run_run(args: argparse.Namespace) -> int:
     engine = load(args)
     ids, template = prompting.prompt_ids(args, engine.model, prompt)
     sampler = sampler_from(args)
+    spec = speculate_args.config(args, engine)
     if args.json:
-        generation = engine.generate(ids, sampler, args.max_tokens, args.stop or ())
+        generation = engine.generate(ids, sampler, args.max_tokens, args.stop or (), spec)
         prompting.warn_if_empty(args, engine.model, template, len(generation.token_ids))
+        speculate_args.report(args, generation.speculative)
         result = generation.as_dict()
         result["timings"]["load_s"] = round(args.load_seconds, 3)
         result["backend"] = args.backend
@@ -54,7 +57,8 @@ def run_run(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     generated = 0
-    pieces = engine.stream(ids, sampler, args.max_tokens, args.stop or ())
+    pieces = engine.stream(ids, sampler, args.max_tokens, args.stop or (), spec,
+                           lambda event: speculate_args.report(args, event.speculative))
     for piece in pieces:
         generated += piece.token_id >= 0
         sys.stdout.write(piece.text)
@@ -78,6 +82,7 @@ def run_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     messages = [{"role": "system", "content": args.system}] if args.system else []
     sampler = sampler_from(args)
+    spec = speculate_args.config(args, engine)
     while True:
         if interactive:
             sys.stdout.write("> ")
@@ -97,7 +102,8 @@ def run_chat(args: argparse.Namespace) -> int:
             transcript += text + "\n"
             ids = model.prompt_ids(transcript)
         reply = []
-        for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or ()):
+        for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or (), spec,
+                                   lambda event: speculate_args.report(args, event.speculative)):
             reply.append(piece.text)
             sys.stdout.write(piece.text)
             sys.stdout.flush()
@@ -122,6 +128,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     chat_template_arg.add_argument(p)
     add_runtime_arguments(p)
+    speculate_args.add_arguments(p)
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from apr_core.errors import AprError, ErrorCode
 from .. import backends
 from ..engine import DEFAULT_KV_MEMORY, EngineOptions
 from . import chat_template_arg
+from . import speculate_args
 from .common import parse_size, quiet, resolve_model
 
 COMMANDS = {"serve": "serve a model over an OpenAI-compatible HTTP API"}
@@ -62,8 +63,12 @@ def run_serve(args: argparse.Namespace) -> int:
     options = EngineOptions(backend=args.backend, dequantize=args.dequantize,
                             max_batch=args.max_batch, kv_memory=kv_memory,
                             prefix_cache=not args.no_prefix_cache, chat_template=template)
+    speculative = None
+    if args.speculate or args.draft:
+        def speculative(engine):         # on the engine thread, after the model loaded
+            return speculate_args.config(args, engine)
     engine = ServingEngine(path, args.model_id or model_id_for(args.model),
-                           options, max_queue=args.max_queue)
+                           options, max_queue=args.max_queue, speculative=speculative)
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
                               max_body=parse_size(args.max_body),
                               cors_origins=tuple(args.cors or ()))
@@ -102,4 +107,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="dequantize weights to f32 at load (faster decode, more memory)")
     p.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
     chat_template_arg.add_argument(p)
+    speculate_args.add_arguments(p, verbose=False)
     p.set_defaults(func=run_serve)

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, GenerationRequest
@@ -76,8 +77,13 @@ class ServingEngine:
     """An `Engine` loaded and driven in a background thread for the HTTP server."""
 
     def __init__(self, path: str, model_id: str, options: Optional[EngineOptions] = None,
-                 max_queue: int = 64) -> None:
+                 max_queue: int = 64,
+                 speculative: Optional[Callable[[Engine], Any]] = None) -> None:
+        """`speculative(engine)`: the SpeculativeConfig every request decodes with (built
+        on the engine thread once the model is loaded: a draft model loads there too)."""
         self.path = path
+        self._make_speculative = speculative
+        self.speculative: Any = None
         self.model_id = model_id
         self.options = options or EngineOptions()
         self.max_queue = max_queue
@@ -149,6 +155,8 @@ class ServingEngine:
                 "prefix_hits": s.stats["cached_tokens"],
                 "generated_tokens": s.stats["generated_tokens"],
                 "preempted": s.stats["preempted"], "steps": s.stats["steps"],
+                "drafted_tokens": s.stats["drafted_tokens"],
+                "accepted_tokens": s.stats["accepted_tokens"],
                 "max_batch": s.max_batch}
 
     def _rate(self, generated: int) -> float:
@@ -198,6 +206,8 @@ class ServingEngine:
         try:
             self.engine = load_engine(self.path, self.options)
             self.engine.scheduler        # the block pool, before the first request
+            if self._make_speculative is not None:
+                self.speculative = self._make_speculative(self.engine)
             LOG.warning("apr: loaded %s in %.1f s; backend %s, max batch %d, KV %d blocks "
                         "of %d tokens", self.model_id, self.engine.load_seconds,
                         self.engine.backend, self.options.max_batch,
@@ -238,8 +248,11 @@ class ServingEngine:
             job = item[1]
             if job.cancelled:
                 return
+            request = job.request
+            if request.speculative is None and self.speculative is not None:
+                request = replace(request, speculative=self.speculative)
             try:
-                job.state = scheduler.submit(job.request, job.emit)
+                job.state = scheduler.submit(request, job.emit)
             except Exception as err:        # a bad request: its own error, nobody else's
                 job.emit(ErrorEvent(err))
         elif kind == "cancel":

@@ -76,6 +76,10 @@ ENGINE_FIGURES = {
                     True),
     "preempted": ("apr_preemptions", "Sequences preempted for want of KV blocks", True),
     "steps": ("apr_engine_steps", "Forward passes of the batch", True),
+    "drafted_tokens": ("apr_speculative_drafted_tokens",
+                       "Tokens drafted for speculative verification", True),
+    "accepted_tokens": ("apr_speculative_accepted_tokens",
+                        "Drafted tokens the model kept", True),
 }
 
 
