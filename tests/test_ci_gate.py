@@ -5,14 +5,28 @@ import os
 import subprocess
 import sys
 
+import importlib.util
+
 import pytest
 
-import conftest
 from apr_core.errors import AprError, ErrorCode
 
 pytestmark = pytest.mark.native      # runs pytest -n 2 in a child (xdist is in .venv only)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_gate():
+    """tests/conftest.py as its own module: `import conftest` may give another directory's
+    conftest (pytest imports each as "conftest"; wasm_tests/ has one too)."""
+    spec = importlib.util.spec_from_file_location("apr_tests_conftest",
+                                                  os.path.join(TESTS, "conftest.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+conftest = _load_gate()
 PROBE = '''
 import pytest
 def test_runs():

@@ -442,8 +442,17 @@ def test_90_sharded_import_and_missing_shard(tmp_path):
 
 
 def test_91_remote_import_fails_gracefully(tmp_path):
-    code, _, err = apr("import", "hf://openai/whisper-tiny", "-o", str(tmp_path / "w.apr"))
-    assert code == 4 and len(err.strip().splitlines()) == 1 and "never downloads" in err
+    """A Hub that cannot be reached (HF_ENDPOINT on a closed loopback port): one line,
+    E013 naming the endpoint and the reference, exit 3, nothing written."""
+    from server_util import free_port
+    endpoint = "http://127.0.0.1:{}".format(free_port())
+    out = tmp_path / "w.apr"
+    code, _, err = apr("import", "hf://openai/whisper-tiny", "-o", str(out),
+                       env={"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "APR_OFFLINE": "0",
+                            "HF_HOME": str(tmp_path / "hf")})
+    assert code == 3 and len(err.strip().splitlines()) == 1, err
+    assert "E013" in err and endpoint in err and "hf://openai/whisper-tiny" in err
+    assert not out.exists() and os.listdir(str(tmp_path)) in (["hf"], [])
 
 
 def test_92_second_import_is_a_cache_hit(tmp_path):
