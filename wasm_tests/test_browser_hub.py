@@ -89,11 +89,18 @@ def cdn_requests(hub):
     return [r for r in hub.requests if r["host"] == host]
 
 
-def native_chat(path, max_tokens):
+def native_chat(path, max_tokens, options=None):
+    """Native apr's answer (numpy kernels, as the page runs); `options`: temperature, seed
+    and sampler options under llama-server's names, read by the same option table."""
+    from apr_core.runtime.sampler_options import from_request
+    from apr_core.runtime.sampling import SamplerConfig
     from apr_core.runtime.text_model import TextModel
     model = TextModel.load(path)
     ids = model.chat_ids([{"role": "user", "content": QUESTION}])
-    return model.generate(ids, max_tokens=max_tokens).text
+    options = dict(options or {"temperature": 0.0})
+    seed = options.pop("seed", None)
+    config = SamplerConfig(seed=seed, **from_request(options))
+    return model.generate(ids, config, max_tokens=max_tokens).text
 
 
 @pytest.mark.real_model
@@ -131,6 +138,15 @@ def test_hf_reference_generates_like_native_and_reuses_the_verified_cache(
     answer = session.call("apr.chat([{role: 'user', content: %s}], {maxTokens: %d})"
                           % (json.dumps(QUESTION), MAX_TOKENS))
     assert answer["text"] == want and answer["tokens"] > 0
+    # sampled, with llama-server's option names: the same seed and options give the
+    # native text (same option table, same sampler code)
+    options = {"temperature": 0.9, "seed": 11, "top_k": 40, "dry_multiplier": 0.8,
+               "dry_allowed_length": 1, "xtc_probability": 0.5, "xtc_threshold": 0.05,
+               "samplers": "penalties;dry;top_k;xtc;temperature"}
+    sampled = session.call("(o) => apr.chat([{role: 'user', content: %s}], o)"
+                           % json.dumps(QUESTION), dict(options, maxTokens=MAX_TOKENS))
+    assert sampled["text"] == native_chat(smollm2_path, MAX_TOKENS, options)
+    assert sampled["text"] != want
 
     # A reload (a fresh worker, the same IndexedDB), through the demo page's URL box.
     session.open()

@@ -140,14 +140,15 @@ class Engine:
     def stream(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
                max_tokens: int = 128, stop: Sequence[str] = (),
                speculative: Optional[SpeculativeConfig] = None,
-               report: Optional[Callable[[FinishEvent], None]] = None
-               ) -> Generator[Piece, None, str]:
+               report: Optional[Callable[[FinishEvent], None]] = None,
+               ignore_eos: bool = False) -> Generator[Piece, None, str]:
         """Pieces of one greedy (or sampled) generation, as `TextModel.stream` gives; the
         generator returns the finish reason ("stop", "length", ...). `speculative`: draft
         and verify (same ids when greedy, same distribution when sampling); `report` gets
         the FinishEvent (its `speculative` counters)."""
         request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
-                                    max_tokens, tuple(stop), speculative=speculative)
+                                    max_tokens, tuple(stop), ignore_eos=ignore_eos,
+                                    speculative=speculative)
         for event in self.events(request):
             if isinstance(event, TokenEvent):
                 yield Piece(event.token_id, event.text)
@@ -161,11 +162,13 @@ class Engine:
 
     def generate(self, prompt_ids: Sequence[int], sampler: Optional[SamplerConfig] = None,
                  max_tokens: int = 128, stop: Sequence[str] = (),
-                 speculative: Optional[SpeculativeConfig] = None) -> Generation:
+                 speculative: Optional[SpeculativeConfig] = None,
+                 ignore_eos: bool = False) -> Generation:
         """One generation to its end: text, ids, the generator's finish reason, timings
         (and the speculative counters when `speculative` is given)."""
         request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
-                                    max_tokens, tuple(stop), speculative=speculative)
+                                    max_tokens, tuple(stop), ignore_eos=ignore_eos,
+                                    speculative=speculative)
         start = time.perf_counter()
         first: Optional[float] = None
         text: List[str] = []

@@ -1,24 +1,35 @@
-"""Token sampling: penalties, truncation filters and a seedable random draw.
+"""Token sampling: logit bias, penalties, DRY, truncation filters, XTC, temperature and a
+seedable random draw.
 
     sampler = Sampler(SamplerConfig(temperature=0.7, top_p=0.9, seed=42))
     token = sampler(logits, history)        # logits [n_vocab], history: token ids so far
 
-The chain follows llama.cpp's default order (seed 004 §14.5): penalties -> top-k ->
-tail-free -> typical -> top-p -> min-p -> temperature -> draw. Truncation filters judge
-probabilities at temperature 1 and temperature shapes only what survives; temperature
-<= 0 is greedy (argmax after penalties). Mirostat v2 replaces the truncation filters when
-enabled. Each filter is a pure function over logits returning a copy with the removed
-tokens at -inf, so they can be tested and combined one by one; every filter keeps at
-least one token.
+The chain runs in `config.samplers` order (llama.cpp's `--samplers`; default
+penalties -> dry -> top_k -> tfs_z -> typ_p -> top_p -> min_p -> xtc -> temperature),
+after the logit bias, then draws. Truncation filters placed before "temperature" judge
+probabilities at temperature 1. Temperature <= 0 is greedy: the argmax after the bias,
+penalties and DRY. Mirostat (v1 or v2) replaces the truncation stages when enabled
+(bias, penalties and DRY still apply, then temperature, then Mirostat). Each filter is a
+pure function over logits returning a copy with the removed tokens at -inf, so they can be
+tested and combined one by one; every filter keeps at least one token.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, FrozenSet, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import AprError, ErrorCode
+from .dry import DEFAULT_BREAKERS, breaker_ids, dry_penalties
+from .sampler_stages import mirostat_v1, xtc_filter
+
+# stage names (llama.cpp's) -> their canonical name here
+STAGES = {"penalties": "penalties", "dry": "dry", "top_k": "top_k", "tfs_z": "tfs_z",
+          "typ_p": "typ_p", "typical_p": "typ_p", "top_p": "top_p", "min_p": "min_p",
+          "xtc": "xtc", "temperature": "temperature", "temp": "temperature"}
+DEFAULT_ORDER = ("penalties", "dry", "top_k", "tfs_z", "typ_p", "top_p", "min_p", "xtc",
+                 "temperature")
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,7 @@ class SamplerConfig:
     min_p: float = 0.0              # keep tokens with p >= min_p * p_max
     typical_p: float = 1.0          # locally typical sampling mass
     tfs_z: float = 1.0              # tail-free sampling mass (1 = off)
-    mirostat: int = 0               # 0 off, 2 = Mirostat v2
+    mirostat: int = 0               # 0 off, 1 = Mirostat, 2 = Mirostat v2
     mirostat_tau: float = 5.0       # target surprise (bits)
     mirostat_eta: float = 0.1       # learning rate
     repetition_penalty: float = 1.0
@@ -39,13 +50,31 @@ class SamplerConfig:
     frequency_penalty: float = 0.0
     penalty_last_n: int = 64        # history window for penalties (-1 = all)
     seed: Optional[int] = None
+    dry_multiplier: float = 0.0     # DRY (dry.py): 0 = off
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1    # -1 = the whole history
+    dry_sequence_breakers: Tuple[str, ...] = DEFAULT_BREAKERS
+    xtc_probability: float = 0.0    # XTC (sampler_stages.py): 0 = off
+    xtc_threshold: float = 0.1
+    logit_bias: Tuple[Tuple[int, float], ...] = ()     # (token id, added to its logit)
+    samplers: Tuple[str, ...] = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
+        unknown = [name for name in self.samplers if name not in STAGES]
+        if unknown or len(set(self.samplers)) != len(self.samplers):
+            raise AprError(ErrorCode.ARGUMENT, "unknown or repeated sampler stage",
+                           stages=list(self.samplers), known=sorted(STAGES))
         if self.top_k < 0 or not 0.0 <= self.min_p <= 1.0 or not 0.0 < self.top_p <= 1.0 \
                 or not 0.0 < self.typical_p <= 1.0 or not 0.0 < self.tfs_z <= 1.0 \
-                or self.mirostat not in (0, 2) or self.repetition_penalty <= 0.0:
+                or self.mirostat not in (0, 1, 2) or self.repetition_penalty <= 0.0 \
+                or self.penalty_last_n < -1 or self.dry_multiplier < 0.0 \
+                or self.dry_base < 1.0 or self.dry_allowed_length < 0 \
+                or self.dry_penalty_last_n < -1 or not 0.0 <= self.xtc_probability <= 1.0 \
+                or not 0.0 <= self.xtc_threshold <= 1.0:
             raise AprError(ErrorCode.ARGUMENT, "sampler parameter out of range",
                            config=repr(self))
+        object.__setattr__(self, "samplers", tuple(STAGES[n] for n in self.samplers))
 
 
 NEG_INF = -np.inf
@@ -157,12 +186,21 @@ def tail_free_filter(logits: np.ndarray, z: float) -> np.ndarray:
 
 
 class Sampler:
-    """Stateful sampler: the RNG (seeded by `config.seed`) and Mirostat's running mu."""
+    """Stateful sampler: the RNG (seeded by `config.seed`) and Mirostat's running mu.
+    `breakers`: the ids of DRY's sequence-breaker tokens (`dry.breaker_ids`)."""
 
-    def __init__(self, config: Optional[SamplerConfig] = None) -> None:
+    def __init__(self, config: Optional[SamplerConfig] = None,
+                 breakers: FrozenSet[int] = frozenset()) -> None:
         self.config = config or SamplerConfig()
+        self.breakers = breakers
         self.rng = np.random.RandomState(self.config.seed)
         self.mu = 2.0 * self.config.mirostat_tau
+
+    @classmethod
+    def for_tokenizer(cls, config: SamplerConfig, tokenizer: Any) -> "Sampler":
+        """A sampler whose DRY stage knows `tokenizer`'s sequence-breaker tokens."""
+        return cls(config, breaker_ids(tokenizer, config.dry_sequence_breakers)
+                   if config.dry_multiplier else frozenset())
 
     def draw(self, probs: np.ndarray) -> int:
         """Inverse-CDF draw from `probs` (need not be normalised) with this sampler's RNG."""
@@ -178,19 +216,26 @@ class Sampler:
             return greedy(z)
         if c.mirostat == 2:
             return self._mirostat_v2(z / c.temperature)
+        if c.mirostat == 1:
+            token, self.mu = mirostat_v1(z / c.temperature, self.mu, c.mirostat_tau,
+                                         c.mirostat_eta, self.draw)
+            return token
         return self.draw(self._filtered_probs(z))
 
     @property
     def stateless(self) -> bool:
-        """True when a draw depends only on the logits, the history and the RNG (not on
-        Mirostat's running mu), so `distribution` describes it exactly."""
-        return self.config.mirostat == 0 or self.config.temperature <= 0.0
+        """True when a draw depends only on the logits, the history and the RNG's one draw
+        (not on Mirostat's running mu or XTC's extra draw), so `distribution` describes
+        it exactly."""
+        c = self.config
+        return c.temperature <= 0.0 or (c.mirostat == 0 and c.xtc_probability <= 0.0)
 
     def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
         """`[n_vocab]` float64: the probabilities `__call__` draws from (one-hot at the
         argmax when greedy); what speculative verification compares a draft against."""
         if not self.stateless:
-            raise AprError(ErrorCode.UNSUPPORTED, "Mirostat's draw has no fixed distribution")
+            raise AprError(ErrorCode.UNSUPPORTED, "Mirostat's and XTC's draws have no "
+                           "fixed distribution")
         z = self._penalised(logits, history)
         if self.config.temperature <= 0.0:
             probs = np.zeros(z.size, np.float64)
@@ -199,21 +244,44 @@ class Sampler:
         return self._filtered_probs(z)
 
     def _penalised(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
+        """Logit bias, then the penalties and DRY stages in chain order."""
         c = self.config
-        z = np.asarray(logits, np.float64).reshape(-1)
-        if c.repetition_penalty != 1.0 or c.presence_penalty or c.frequency_penalty:
-            z = apply_penalties(z, history, c.repetition_penalty, c.presence_penalty,
-                                c.frequency_penalty, c.penalty_last_n)
+        z = np.array(logits, np.float64).reshape(-1)
+        for token, bias in c.logit_bias:
+            z[token] += bias
+        for stage in c.samplers:
+            if stage == "penalties" and (c.repetition_penalty != 1.0 or c.presence_penalty
+                                         or c.frequency_penalty):
+                z = apply_penalties(z, history, c.repetition_penalty, c.presence_penalty,
+                                    c.frequency_penalty, c.penalty_last_n)
+            elif stage == "dry" and c.dry_multiplier > 0.0:
+                tokens, penalties = dry_penalties(history, c.dry_multiplier, c.dry_base,
+                                                  c.dry_allowed_length,
+                                                  c.dry_penalty_last_n, self.breakers)
+                z[tokens] -= penalties
         return z
 
     def _filtered_probs(self, z: np.ndarray) -> np.ndarray:
+        """The truncation stages and temperature in chain order -> probabilities."""
         c = self.config
-        z = top_k_filter(z, c.top_k)
-        z = tail_free_filter(z, c.tfs_z)
-        z = typical_filter(z, c.typical_p)
-        z = top_p_filter(z, c.top_p)
-        z = min_p_filter(z, c.min_p)
-        return softmax(z / c.temperature)
+        temperature = 1.0
+        for stage in c.samplers:
+            if stage == "top_k":
+                z = top_k_filter(z, c.top_k)
+            elif stage == "tfs_z":
+                z = tail_free_filter(z, c.tfs_z)
+            elif stage == "typ_p":
+                z = typical_filter(z, c.typical_p)
+            elif stage == "top_p":
+                z = top_p_filter(z, c.top_p)
+            elif stage == "min_p":
+                z = min_p_filter(z, c.min_p)
+            elif stage == "xtc" and c.xtc_probability > 0.0:
+                z = xtc_filter(z, c.xtc_probability, c.xtc_threshold, self.rng)
+            elif stage == "temperature" and temperature == 1.0:
+                temperature = c.temperature
+                z = z / temperature
+        return softmax(z)
 
     def _mirostat_v2(self, z: np.ndarray) -> int:
         """Mirostat v2: drop tokens more surprising than mu bits, draw, then move mu
@@ -232,6 +300,7 @@ class Sampler:
         return token
 
 
-__all__ = ["SamplerConfig", "Sampler", "softmax", "greedy", "apply_penalties",
+__all__ = ["SamplerConfig", "Sampler", "softmax", "greedy", "apply_penalties", "STAGES",
+           "DEFAULT_ORDER",
            "top_k_filter", "top_p_filter", "min_p_filter", "typical_filter",
            "tail_free_filter"]

@@ -163,8 +163,9 @@ class TextModel:
         """Yield generated pieces; ends at EOS/EOG, a stop string, or `max_tokens`, and
         returns the finish reason: "stop" (EOS/EOG or a stop string) or "length"."""
         text = TextStream(self.tokenizer, stop)
-        steps = generate_step(self.transformer, prompt_ids, Sampler(sampler or SamplerConfig(
-            temperature=0.0)), max_tokens, self.tokenizer.eog_ids, cache)
+        steps = generate_step(self.transformer, prompt_ids, Sampler.for_tokenizer(
+            sampler or SamplerConfig(temperature=0.0), self.tokenizer), max_tokens,
+            self.tokenizer.eog_ids, cache)
         while True:
             try:
                 token = next(steps)

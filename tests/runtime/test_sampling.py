@@ -129,7 +129,10 @@ def test_softmax_is_normalised_and_ignores_minus_inf():
 
 
 @pytest.mark.parametrize("bad", [dict(top_k=-1), dict(top_p=0.0), dict(min_p=1.5),
-                                 dict(mirostat=1), dict(repetition_penalty=0.0)])
+                                 dict(mirostat=3), dict(repetition_penalty=0.0),
+                                 dict(dry_base=0.5), dict(xtc_probability=1.5),
+                                 dict(samplers=("top_k", "top_n_sigma")),
+                                 dict(penalty_last_n=-2)])
 def test_bad_parameters_are_refused(bad):
     with pytest.raises(AprError):
         SamplerConfig(**bad)

@@ -118,6 +118,25 @@ def test_completions_equal_apr_run(server):
     assert streamed == text
 
 
+def test_llama_server_sampler_fields_equal_apr_run_flags(server):
+    """Same seed, same sampler options -> the same text from apr serve (request fields,
+    llama-server's names) and apr run (flags from the same option table)."""
+    reply = server.client().chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": QUESTION}], max_tokens=16,
+        temperature=0.9, seed=11, extra_body={
+            "top_k": 40, "dry_multiplier": 0.8, "dry_allowed_length": 1,
+            "xtc_probability": 0.5, "xtc_threshold": 0.05, "repeat_last_n": 32,
+            "repeat_penalty": 1.1, "samplers": "penalties;dry;top_k;xtc;temperature"})
+    oracle = json.loads(cli_run(
+        QUESTION, "--chat", "-n", "16", "--json", "--temperature", "0.9", "--seed", "11",
+        "--top-k", "40", "--dry-multiplier", "0.8", "--dry-allowed-length", "1",
+        "--xtc-probability", "0.5", "--xtc-threshold", "0.05", "--repeat-last-n", "32",
+        "--repeat-penalty", "1.1", "--samplers", "penalties;dry;top_k;xtc;temperature"))
+    assert reply.choices[0].message.content == oracle["text"]
+    greedy = json.loads(cli_run(QUESTION, "--chat", "-n", "16", "--json"))
+    assert oracle["token_ids"] != greedy["token_ids"]              # the options did apply
+
+
 def test_models_list(server):
     models = server.client().models.list()
     assert [m.id for m in models.data] == ["demo"]
@@ -217,6 +236,12 @@ CHAT = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_t
     ({**CHAT, "messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
     ({**CHAT, "model": 3}, "model"),
     ({"model": "demo", "prompt": 42}, "prompt"),
+    ({**CHAT, "dry_multiplier": "x"}, "dry_multiplier"),
+    ({**CHAT, "mirostat": 1.5}, "mirostat"),
+    ({**CHAT, "samplers": [3]}, "samplers"),
+    ({**CHAT, "samplers": ["top_k", "bogus"]}, "sampling"),
+    ({**CHAT, "dry_base": 0.5}, "sampling"),
+    ({**CHAT, "xtc_probability": 2}, "sampling"),
 ])
 def test_wrong_fields_are_400_naming_the_field(server, body, param):
     path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"

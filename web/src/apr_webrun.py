@@ -52,18 +52,25 @@ async def load(url: str, dequantize: Optional[bool] = None,
         return _error(exc)
 
 
-def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0) -> str:
-    """Answer a conversation, emitting a `token` event per piece as it is generated."""
+def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0,
+         seed: Optional[int] = None, sampling_json: str = "{}") -> str:
+    """Answer a conversation, emitting a `token` event per piece as it is generated.
+    `sampling_json`: further sampler options under llama-server's names (`top_k`,
+    `dry_multiplier`, `xtc_probability`, `samplers` ...: THE option table)."""
     import time
+    from apr_core.runtime.sampler_options import from_request
     from apr_core.runtime.sampling import SamplerConfig
     try:
         text_model = _state["model"]
         ids = text_model.chat_ids(json.loads(messages_json))
+        config = SamplerConfig(temperature=float(temperature),
+                               seed=None if seed is None else int(seed),
+                               **from_request(json.loads(sampling_json or "{}"),
+                                              skip=("temperature",)))
         start = time.time()
         first: Optional[float] = None
         pieces, count = [], 0
-        for piece in text_model.stream(ids, SamplerConfig(temperature=temperature),
-                                       max_tokens=int(max_tokens)):
+        for piece in text_model.stream(ids, config, max_tokens=int(max_tokens)):
             first = first or time.time()
             count += piece.token_id >= 0
             pieces.append(piece.text)

@@ -68,7 +68,12 @@ export class AprClient {
   /** Load a model for generation (`dequantize`: float32 weights inside Python at load;
    * by default only when no SIMD kernel holds its own float32 copy). */
   load(url, { dequantize = null, ...keys } = {}) { return this.call("load", absolute(url), dequantize, keys); }
-  chat(messages, { maxTokens = 128, temperature = 0 } = {}) { return this.call("chat", messages, maxTokens, temperature); }
+  /** Answer a conversation. Sampler options beyond `temperature` and `seed` take
+   * llama-server's names: `top_k`, `top_p`, `min_p`, `typical_p`, `repeat_penalty`,
+   * `dry_multiplier`, `xtc_probability`, `mirostat`, `samplers` ... */
+  chat(messages, { maxTokens = 128, temperature = 0, seed = null, ...sampling } = {}) {
+    return this.call("chat", messages, maxTokens, temperature, seed, sampling);
+  }
   logits(ids) { return this.call("logits", ids); }
   greedy(ids, count) { return this.call("greedy", ids, count); }
   dequantDigests() { return this.call("dequantDigests"); }

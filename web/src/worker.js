@@ -116,8 +116,9 @@ apr_web._sync = _sync
   },
   stats: (key) => sync("tensor_stats", key),
   load: (url, dequantize = null, options = null) => python("load", url, dequantize, options),
-  chat: (messages, maxTokens = 128, temperature = 0) =>
-    sync("chat", JSON.stringify(messages), maxTokens, temperature),
+  chat: (messages, maxTokens = 128, temperature = 0, seed = null, sampling = null) =>
+    sync("chat", JSON.stringify(messages), maxTokens, temperature, seed,
+         JSON.stringify(sampling || {})),
   logits: (ids) => sync("logits", JSON.stringify(ids)),
   greedy: (ids, count) => sync("greedy", JSON.stringify(ids), count),
   dequantDigests: () => sync("dequant_digests"),

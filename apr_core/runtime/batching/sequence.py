@@ -53,7 +53,7 @@ class Sequence:
         config = req.sampler
         if index and config.seed is not None:   # n > 1 with a seed: distinct, repeatable
             config = dataclasses.replace(config, seed=config.seed + index)
-        self.sampler = sampler or Sampler(config)
+        self.sampler = sampler or Sampler.for_tokenizer(config, tokenizer)
         self.text = TextStream(tokenizer, req.stop)
         self.constraint = req.constraint if index == 0 or req.constraint is None \
             else req.constraint.fork()

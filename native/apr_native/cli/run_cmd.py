@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from apr_core.runtime.sampling import SamplerConfig
 
 from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
 from . import chat_template_arg
 from . import prompting
+from . import sampler_args
 from . import speculate_args
 from .common import emit_json
 
@@ -20,12 +20,6 @@ COMMANDS = {
     "run": "generate text from a prompt",
     "chat": "chat with a model (interactive, or one turn per stdin line)",
 }
-
-
-def sampler_from(args: argparse.Namespace) -> SamplerConfig:
-    return SamplerConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                         min_p=args.min_p, repetition_penalty=args.repeat_penalty,
-                         seed=args.seed)
 
 
 def load(args: argparse.Namespace) -> Engine:
@@ -44,10 +38,11 @@ def run_run(args: argparse.Namespace) -> int:
     prompt = prompting.read_prompt(args)
     engine = load(args)
     ids, template = prompting.prompt_ids(args, engine.model, prompt)
-    sampler = sampler_from(args)
+    sampler = sampler_args.config(args)
     spec = speculate_args.config(args, engine)
     if args.json:
-        generation = engine.generate(ids, sampler, args.max_tokens, args.stop or (), spec)
+        generation = engine.generate(ids, sampler, args.max_tokens, args.stop or (), spec,
+                                     ignore_eos=args.ignore_eos)
         prompting.warn_if_empty(args, engine.model, template, len(generation.token_ids))
         speculate_args.report(args, generation.speculative)
         result = generation.as_dict()
@@ -58,7 +53,8 @@ def run_run(args: argparse.Namespace) -> int:
         return 0
     generated = 0
     pieces = engine.stream(ids, sampler, args.max_tokens, args.stop or (), spec,
-                           lambda event: speculate_args.report(args, event.speculative))
+                           lambda event: speculate_args.report(args, event.speculative),
+                           ignore_eos=args.ignore_eos)
     for piece in pieces:
         generated += piece.token_id >= 0
         sys.stdout.write(piece.text)
@@ -81,7 +77,7 @@ def run_chat(args: argparse.Namespace) -> int:
     transcript = ""
     interactive = sys.stdin.isatty()
     messages = [{"role": "system", "content": args.system}] if args.system else []
-    sampler = sampler_from(args)
+    sampler = sampler_args.config(args)
     spec = speculate_args.config(args, engine)
     while True:
         if interactive:
@@ -103,7 +99,8 @@ def run_chat(args: argparse.Namespace) -> int:
             ids = model.prompt_ids(transcript)
         reply = []
         for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or (), spec,
-                                   lambda event: speculate_args.report(args, event.speculative)):
+                                   lambda event: speculate_args.report(args, event.speculative),
+                                   ignore_eos=args.ignore_eos):
             reply.append(piece.text)
             sys.stdout.write(piece.text)
             sys.stdout.flush()
@@ -118,12 +115,7 @@ def run_chat(args: argparse.Namespace) -> int:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
     p.add_argument("-n", "--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int)
+    sampler_args.add_arguments(p)
     p.add_argument("--system", help="system prompt (implies the chat template)")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     chat_template_arg.add_argument(p)

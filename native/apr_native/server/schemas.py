@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union, List
 
+from apr_core.errors import AprError
 from apr_core.runtime.batching.request import MAX_TOP_LOGPROBS
+from apr_core.runtime.sampler_options import from_request
 from apr_core.runtime.sampling import SamplerConfig
 
 from .fields import Json, bad, flag, integer, is_int, number, unsupported
@@ -49,16 +51,21 @@ class GenerationParams:
     top_k: int = 0                          # (extension)
     min_p: float = 0.0                      # (extension)
     repetition_penalty: float = 1.0         # (extension)
+    # llama-server's sampler fields (typical_p, mirostat*, repeat_penalty, repeat_last_n,
+    # dry_*, xtc_*, samplers): (SamplerConfig field, value) from THE option table
+    sampling: Tuple[Tuple[str, Any], ...] = ()
 
     def sampler(self) -> SamplerConfig:
         # top_p -> 0 keeps only the most likely token: that is greedy decoding.
         greedy = self.temperature == 0.0 or self.top_p == 0.0
-        return SamplerConfig(temperature=0.0 if greedy else self.temperature,
-                             top_p=1.0 if greedy else self.top_p, seed=self.seed,
-                             top_k=self.top_k, min_p=self.min_p,
-                             repetition_penalty=self.repetition_penalty,
-                             presence_penalty=self.presence_penalty,
-                             frequency_penalty=self.frequency_penalty)
+        fields = dict(temperature=0.0 if greedy else self.temperature,
+                      top_p=1.0 if greedy else self.top_p, seed=self.seed,
+                      top_k=self.top_k, min_p=self.min_p,
+                      repetition_penalty=self.repetition_penalty,
+                      presence_penalty=self.presence_penalty,
+                      frequency_penalty=self.frequency_penalty)
+        fields.update(self.sampling)        # llama-server's repeat_penalty wins over vLLM's
+        return SamplerConfig(**fields)
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,7 @@ def generation_params(body: Json, max_tokens_cap: int, logprobs: Optional[int]
         raise bad("stream_options", "'stream_options' must be an object")
     stream = flag(body, "stream")
     include_usage = flag(options or {}, "include_usage")
-    return GenerationParams(
+    params = GenerationParams(
         max_tokens=_max_tokens(body, max_tokens_cap),
         temperature=number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=number(body, "top_p", 1.0, 0.0, 1.0),
@@ -184,7 +191,25 @@ def generation_params(body: Json, max_tokens_cap: int, logprobs: Optional[int]
         ignore_eos=flag(body, "ignore_eos"),
         top_k=integer(body, "top_k", 0, 0, 1 << 20),
         min_p=number(body, "min_p", 0.0, 0.0, 1.0),
-        repetition_penalty=number(body, "repetition_penalty", 1.0, 0.01, 10.0))
+        repetition_penalty=number(body, "repetition_penalty", 1.0, 0.01, 10.0),
+        sampling=_sampling(body))
+    try:
+        params.sampler()                     # every range checked before anything is queued
+    except AprError as err:
+        raise bad("sampling", err.message)
+    return params
+
+
+# fields read above with OpenAI's ranges; the option table reads the rest
+_OPENAI_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                    "frequency_penalty")
+
+
+def _sampling(body: Json) -> Tuple[Tuple[str, Any], ...]:
+    try:
+        return tuple(sorted(from_request(body, skip=_OPENAI_SAMPLING).items()))
+    except AprError as err:
+        raise bad(str(err.context.get("field", "sampling")), err.message)
 
 
 # ---------------------------------------------------------------------------- endpoints
