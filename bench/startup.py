@@ -31,7 +31,10 @@ LLAMA_CPP_ONE_TOKEN = (
     "llm = llama_cpp.Llama(sys.argv[1], n_ctx=512, verbose=False, n_threads={threads})\n"
     "llm.create_chat_completion([{{'role': 'user', 'content': sys.argv[2]}}], max_tokens=1,\n"
     "                           temperature=0)\n")
-ENV = dict(os.environ, APR_QUIET="1", APR_CONFIG=os.devnull)
+# Python's default: compiled modules are cached (a shell with PYTHONDONTWRITEBYTECODE=1
+# would recompile apr's sources, but not site-packages' peers, on every start)
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV.update(APR_QUIET="1", APR_CONFIG=os.devnull)
 
 
 def timed(command):
@@ -84,6 +87,7 @@ def main():
         commands.append((run_label, [APR, "run", path, PROMPT, "-n", "1"]))
         commands.append((peer_label, [sys.executable, "-c", llama, path, PROMPT]))
         peers[run_label] = peer_label
+    measure(commands, 1)                # warm-up: page cache, compiled-module caches
     best = measure(commands, args.repeats)
     ratios = {label: best[label] / best[peer] for label, peer in peers.items()
               if isinstance(best.get(label), float) and isinstance(best.get(peer), float)}

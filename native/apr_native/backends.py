@@ -148,7 +148,9 @@ def select(name: Optional[str] = None) -> registry.Kernels:
         _REGISTER[wanted]()
         _registered[wanted] = mode
     if wanted == "numba":
+        from .kernels import pool
         from .kernels.cpu import DOT_MAX_TOKENS
+        pool.prestart()          # its workers load their code while the model loads
         return registry.Kernels(wanted, uniform_rows=DOT_MAX_TOKENS + 1)
     return registry.Kernels(wanted)
 

@@ -10,29 +10,12 @@ the same backend with the same mmap loading.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
-from apr_core.errors import AprError, ErrorCode
 from apr_core.runtime.engine import DEFAULT_KV_MEMORY, Engine, EngineOptions
 
 from . import backends
-
-
-def resolve_model(name: str) -> str:
-    """A path on disk, a model reference (`hf://ORG/REPO[...]`, `https://...`: fetched into
-    the cache and verified), a model named in apr.toml (at its apr.lock revision), or a
-    built-in model name such as `demo` (located and verified)."""
-    if os.path.exists(name):
-        return name
-    from . import project, references
-    path = references.resolve(name) or project.resolve_name(name)
-    if path is not None:
-        return path
-    from . import real_models
-    if name in real_models.MODELS:
-        return str(real_models.locate(name))
-    raise AprError(ErrorCode.IO, "no such file or built-in model", path=name)
+from .model_names import resolve_model
 
 
 def load_engine(name: str, options: Optional[EngineOptions] = None,

@@ -140,3 +140,25 @@ def test_weights_in_a_strided_view_are_read_correctly():
         assert np.array_equal(cpu.numba_matmul(strided.data, strided.dtype, strided.shape,
                                                x, 0), want)
         assert np.array_equal(cpu.numba_matmul_group([strided, strided], x)[1], want)
+
+
+def test_selecting_numba_starts_the_workers_before_the_first_task():
+    """`backends.select("numba")` starts the pool's workers without waiting for them
+    (they load their compiled loop while the model loads); the first `get` waits until
+    every worker has entered its loop. A fresh process, so no pool exists yet."""
+    import subprocess
+    import sys
+    probe = ("from apr_native import backends\n"
+             "from apr_native.kernels import pool\n"
+             "assert pool._pool is None\n"
+             "backends.select('numba')\n"
+             "started = pool._pool\n"
+             "assert started is not None and not started._ready\n"
+             "got = pool.get()\n"
+             "assert got is started and got._ready\n"
+             "assert got.ctl[pool.STARTED] == len(got.threads)\n"
+             "print(len(got.threads))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=dict(__import__("os").environ, APR_THREADS="2"), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

@@ -11,11 +11,11 @@ from apr_core.errors import AprError, ErrorCode
 
 
 def resolve_model(target: Any, *args: Any, **kwargs: Any) -> Any:
-    """`engine.resolve_model` (every command resolves here); the engine module (numpy,
-    the runtime) is imported only for names that are not an existing path."""
+    """`model_names.resolve_model` (every command resolves here); references, apr.toml
+    and the built-in models are imported only for names that are not an existing path."""
     if isinstance(target, str) and os.path.exists(target) and not args and not kwargs:
         return target
-    from ..engine import resolve_model as resolve
+    from ..model_names import resolve_model as resolve
     return resolve(target, *args, **kwargs)
 
 EXIT_OK, EXIT_GENERAL, EXIT_ARGS, EXIT_NOT_FOUND, EXIT_FORMAT, EXIT_VALIDATION = 0, 1, 2, 3, 4, 5

@@ -24,9 +24,8 @@ TASK_PRODUCTS, rows dequantized and multiplied with many tokens' float activatio
 (prefill, `cpu_blocks.rows_times_tokens`); TASK_ATTENTION, query rows (token, head) of
 attention over the KV cache.
 
-Measured (SmolLM2-135M Q4_1, 2 threads): decode 47 -> 74-95 tok/s against OpenMP; with
-two busy processes beside it 50 tok/s where OpenMP (passive) ran 27 and 1 thread 38;
-32-token prefill 214 -> 354 tok/s.
+Measured (SmolLM2-135M Q4_1, 2 threads): decode 47 -> 74-95 tok/s against OpenMP (busy
+neighbours: 50 against 27); 32-token prefill 214 -> 354 tok/s.
 """
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ from .fastexp import silu_mul
 GEN, NEXT, DONE, STOP = 0, 8, 16, 24
 BY_WORKERS = 25               # chunks workers have run, all tasks so far (for tests, stats)
 STARTED = 26                  # workers that have entered their loop
-CTL_WORDS = 32
-INDEX_BITS = 32
+CTL_WORDS, INDEX_BITS = 32, 32
 INDEX_MASK = (1 << INDEX_BITS) - 1
 
 # Task descriptor fields (int64; addresses of the arrays the chunks read and write).
@@ -78,15 +76,12 @@ TABLE_COLUMNS = 5
 
 # Waiting: SPIN paused reads (~0.1 ms), then PATIENCE reads with a sched_yield between
 # (~1 ms on a quiet core), then a poll every SLEEP_US.
-SPIN = 4000
-PATIENCE = 1000
-SLEEP_US = 200
+SPIN, PATIENCE, SLEEP_US = 4000, 1000, 200
 START_TIMEOUT_S = 30.0
 
 # Chunking: at least this many weight bytes per chunk (a claim costs ~0.1 us, a 16 KB
 # chunk ~2 us), at most this many chunks per thread (more even out a slow thread).
-CHUNK_MIN_BYTES = 16 << 10
-CHUNKS_PER_THREAD = 8
+CHUNK_MIN_BYTES, CHUNKS_PER_THREAD = 16 << 10, 8
 
 
 @njit(cache=True)
@@ -302,35 +297,38 @@ def attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, tables, block, q_po
 class Pool:
     """`workers` spinning threads and the control words and descriptor they share."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, wait: bool = True) -> None:
         self.ctl = np.zeros(CTL_WORDS, np.int64)
         self.task = np.zeros(TASK_WORDS, np.int64)
         self.fargs = np.zeros(FARG_WORDS, np.float64)
         self.shared = (self.ctl, self.task, self.fargs)     # every task entry's first three
-        self.threads: List[threading.Thread] = []
-        for i in range(workers):
-            thread = threading.Thread(target=worker_loop, name="apr-worker-%d" % i,
-                                      args=(self.ctl, self.task, self.fargs, SPIN, PATIENCE,
-                                            SLEEP_US),
-                                      daemon=True)
+        self.threads: List[threading.Thread] = [threading.Thread(
+            target=worker_loop, name="apr-worker-%d" % i, daemon=True,
+            args=(self.ctl, self.task, self.fargs, SPIN, PATIENCE, SLEEP_US))
+            for i in range(workers)]
+        for thread in self.threads:
             thread.start()
-            self.threads.append(thread)
-        # Each thread first loads its compiled loop (from numba's cache), ~0.1-1 s once
-        # per process: wait, so the first tasks have their workers.
+        self._ready = False
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> None:
+        """Wait for the threads to load their compiled loop (numba's cache, ~0.1-1 s)."""
+        if self._ready:
+            return
         deadline = time.monotonic() + START_TIMEOUT_S
-        while self.ctl[STARTED] < workers and time.monotonic() < deadline:
+        while self.ctl[STARTED] < len(self.threads) and time.monotonic() < deadline:
             time.sleep(0.001)
+        self._ready = True
 
     def chunks_by_workers(self) -> int:
-        """Chunks the workers (not the caller) have run so far."""
-        return int(self.ctl[BY_WORKERS])
+        return int(self.ctl[BY_WORKERS])     # chunks workers (not the caller) have run
 
     def chunks(self, weight_bytes: int) -> int:
         """Chunks for a task over `weight_bytes` of weights."""
         return max(1, min(self.most_chunks(), weight_bytes // CHUNK_MIN_BYTES))
 
-    def row_chunks(self, rows: int) -> int:
-        """Chunks for a task of many tokens over `rows` weight rows (4 rows at least)."""
+    def row_chunks(self, rows: int) -> int:     # many tokens over `rows` rows (4+ a chunk)
         return max(1, min(self.most_chunks(), rows // 4))
 
     def most_chunks(self) -> int:
@@ -361,7 +359,19 @@ def get() -> Pool:
         with _lock:
             if _pool is None:
                 _pool = Pool(max(0, numba.get_num_threads() - 1))
-    return _pool
+    pool = _pool
+    pool.wait_started()
+    return pool
+
+
+def prestart() -> None:
+    """Start the workers without waiting: they load their code (LLVM, without the GIL)
+    while the caller loads the model; the first task waits for what is left."""
+    global _pool
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                _pool = Pool(max(0, numba.get_num_threads() - 1), wait=False)
 
 
 def restart(threads: int) -> Pool:
