@@ -34,13 +34,22 @@ LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """RoPE frequency scaling: "none", "linear" (positions / factor) or "llama3"."""
+    """RoPE frequency scaling: "none", "linear" (positions / factor), "llama3" or "yarn"
+    (layers.rope_inv_freq; YaRN also scales cos and sin by `attention_factor`)."""
 
     kind: str = "none"
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_ctx: int = 8192
+    beta_fast: float = 32.0           # YaRN: rotations above which a pair extrapolates
+    beta_slow: float = 1.0            # YaRN: rotations below which it interpolates
+    attention_factor: float = 1.0     # YaRN: cos/sin multiplier (0.1 ln(factor) + 1)
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature: 0.1 * mscale * ln(factor) + 1 (1 when not stretched)."""
+    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,13 @@ def config_from_gguf(kv: Dict[str, Any], tensor_names: Any) -> ModelConfig:
     if kind == "none" and factor not in (None, 0, 1, 0.0, 1.0):
         kind = "linear"   # older files carry only rope.scale_linear
     raw["rope_scaling"] = {"rope_type": kind, "factor": factor or 1.0}
+    for field, key in (("rope_scaling_orig_ctx", "original_max_position_embeddings"),
+                       ("rope_yarn_beta_fast", "beta_fast"),
+                       ("rope_yarn_beta_slow", "beta_slow")):
+        if raw.get(field) is not None:
+            raw["rope_scaling"][key] = raw.pop(field)
+        raw.pop(field, None)
+
     family = family_for(arch, "gguf")
     source = detect_source(tensor_names, family)
     _from_gguf_tensors(raw, tensor_names)
@@ -182,7 +198,7 @@ def _from_gguf_tensors(raw: Dict[str, Any], tensor_names: Any) -> None:
         raw["qkv_bias"] = True
 
 
-def _rope_scaling(spec: Any) -> RopeScaling:
+def _rope_scaling(spec: Any, max_ctx: int = 8192) -> RopeScaling:
     if not isinstance(spec, dict):
         return RopeScaling()
     kind = str(spec.get("rope_type", spec.get("type", "default")))
@@ -194,6 +210,19 @@ def _rope_scaling(spec: Any) -> RopeScaling:
         return RopeScaling("llama3", float(spec["factor"]), float(spec["low_freq_factor"]),
                            float(spec["high_freq_factor"]),
                            int(spec["original_max_position_embeddings"]))
+    if kind == "yarn":
+        factor = float(spec.get("factor", 1.0))
+        attention = spec.get("attention_factor")
+        if attention is None:
+            mscale, all_dim = spec.get("mscale"), spec.get("mscale_all_dim")
+            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, all_dim) \
+                if mscale and all_dim else yarn_mscale(factor)
+        return RopeScaling("yarn", factor,
+                           original_max_ctx=int(spec.get("original_max_position_embeddings")
+                                                or max_ctx),
+                           beta_fast=float(spec.get("beta_fast") or 32.0),
+                           beta_slow=float(spec.get("beta_slow") or 1.0),
+                           attention_factor=float(attention))
     raise AprError(ErrorCode.UNSUPPORTED, "unsupported RoPE scaling type", rope_type=kind)
 
 
@@ -245,7 +274,8 @@ def _build(raw: Dict[str, Any], family: Family, source: str) -> ModelConfig:
         rope_theta_local=(float(raw.get("rope_theta_local") or c["rope_theta_local"])
                           if "rope_theta_local" in c else None),
         rope_dim=int(raw.get("rope_dim") or head_dim) if positions == "rope" else 0,
-        rope_style=family.rope_style(source), rope_scaling=_rope_scaling(raw.get("rope_scaling")),
+        rope_style=family.rope_style(source), rope_scaling=_rope_scaling(raw.get("rope_scaling"),
+                                                                  int(raw.get("max_ctx", 2048))),
         max_ctx=int(raw.get("max_ctx", 2048)),
         qkv_bias=bool(raw.get("qkv_bias", c.get("qkv_bias", False))),
         tied_embeddings=bool(raw.get("tied_embeddings", False)),

@@ -65,10 +65,15 @@ def hparam_kv(config: ModelConfig, arch: str) -> Tuple[Dict[str, Any], Dict[str,
         put(hparams.gguf_suffix("rope_theta"), float(config.rope_theta), "f32")
         put(hparams.gguf_suffix("rope_dim"), int(config.rope_dim), "u32")
         scaling = config.rope_scaling
-        if scaling.kind == "linear":
-            put(hparams.gguf_suffix("rope_scaling_type"), "linear", "str")
+        if scaling.kind in ("linear", "yarn"):
+            put(hparams.gguf_suffix("rope_scaling_type"), scaling.kind, "str")
             put(hparams.gguf_suffix("rope_scaling_factor"), float(scaling.factor), "f32")
-        elif scaling.kind not in SCALING_AS_TENSOR + ("none",):
+        if scaling.kind == "yarn":          # the attention factor is derived from the factor
+            put(hparams.gguf_suffix("rope_scaling_orig_ctx"), int(scaling.original_max_ctx),
+                "u32")
+            put(hparams.gguf_suffix("rope_yarn_beta_fast"), float(scaling.beta_fast), "f32")
+            put(hparams.gguf_suffix("rope_yarn_beta_slow"), float(scaling.beta_slow), "f32")
+        elif scaling.kind != "linear" and scaling.kind not in SCALING_AS_TENSOR + ("none",):
             raise AprError(ErrorCode.UNSUPPORTED, "GGUF export of this RoPE scaling is not "
                            "supported", rope_scaling=scaling.kind)
     if config.sliding_window:

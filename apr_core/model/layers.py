@@ -101,6 +101,8 @@ def rope_inv_freq(dim: int, theta: float, scaling: RopeScaling,
         inv = inv / scaling.factor
     elif scaling.kind == "llama3":
         inv = _llama3_scale(inv, scaling)
+    elif scaling.kind == "yarn":
+        inv = _yarn_scale(inv, dim, theta, scaling)
     elif scaling.kind != "none":
         raise AprError(ErrorCode.UNSUPPORTED, "unsupported RoPE scaling", kind=scaling.kind)
     if freq_factors is not None:
@@ -122,6 +124,23 @@ def _llama3_scale(inv: np.ndarray, s: RopeScaling) -> np.ndarray:
     return np.where(middle, blended, out)
 
 
+def _yarn_scale(inv: np.ndarray, dim: int, theta: float, s: RopeScaling) -> np.ndarray:
+    """YaRN (Peng et al. 2023): pairs that turn more than `beta_fast` times over the
+    original context keep their frequency (extrapolate), pairs that turn fewer than
+    `beta_slow` times are slowed by `factor` (interpolate), with a linear ramp over the
+    pair indices between (the cut-offs rounded outwards to whole pairs)."""
+    def pair_index(rotations: float) -> float:     # the pair turning that often
+        return dim * math.log(s.original_max_ctx / (rotations * 2.0 * math.pi)) / (
+            2.0 * math.log(theta))
+    low = max(math.floor(pair_index(s.beta_fast)), 0)
+    high = min(math.ceil(pair_index(s.beta_slow)), dim - 1)
+    if high == low:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    keep = 1.0 - ramp                                   # 1: extrapolate, 0: interpolate
+    return inv / s.factor * (1.0 - keep) + inv * keep
+
+
 class Rope:
     """Rotary embedding over the first `dim` features of each head.
 
@@ -137,10 +156,15 @@ class Rope:
         self.dim = dim
         self.style = style
         self.inv_freq = rope_inv_freq(dim, theta, scaling, freq_factors)   # [dim/2]
+        self.magnitude = scaling.attention_factor if scaling.kind == "yarn" else 1.0
 
     def tables(self, positions: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """cos and sin, each `[T, dim/2]` float32, for absolute `positions [T]`."""
+        """cos and sin, each `[T, dim/2]` float32, for absolute `positions [T]` (times
+        YaRN's attention factor, which scales q.k by its square)."""
         angles = np.asarray(positions, np.float64)[:, None] * self.inv_freq[None, :]
+        if self.magnitude != 1.0:
+            return ((np.cos(angles) * self.magnitude).astype(np.float32),
+                    (np.sin(angles) * self.magnitude).astype(np.float32))
         return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
     def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:

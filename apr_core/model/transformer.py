@@ -13,6 +13,7 @@ positions, sliding-window layers).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -63,16 +64,30 @@ class Transformer:
         self.output_norm = output_norm
         self.blocks = blocks
         self.position_embedding = position_embedding
-        self.ropes: Dict[str, Rope] = {}
-        if config.positions == "rope":
-            self.ropes["full"] = Rope(config.rope_dim, config.rope_theta, config.rope_style,
-                                      config.rope_scaling, rope_freqs)
-            # Sliding layers with their own theta (Gemma 3) use plain, unscaled RoPE.
-            self.ropes["sliding"] = self.ropes["full"] if config.rope_theta_local is None \
-                else Rope(config.rope_dim, config.rope_theta_local, config.rope_style,
-                          type(config.rope_scaling)())
+        self._rope_freqs = rope_freqs
+        self.ropes: Dict[str, Rope] = self._build_ropes(config)
         self.attn_scale = config.attn_scale or config.head_dim ** -0.5
         self.act = ACTIVATION_FNS[config.act]
+
+    def _build_ropes(self, config: ModelConfig) -> Dict[str, Rope]:
+        if config.positions != "rope":
+            return {}
+        full = Rope(config.rope_dim, config.rope_theta, config.rope_style,
+                    config.rope_scaling, self._rope_freqs)
+        # Sliding layers with their own theta (Gemma 3) use plain, unscaled RoPE.
+        sliding = full if config.rope_theta_local is None else Rope(
+            config.rope_dim, config.rope_theta_local, config.rope_style,
+            type(config.rope_scaling)())
+        return {"full": full, "sliding": sliding}
+
+    def reconfigure(self, **changes: Any) -> None:
+        """Replace config fields at run time (`max_ctx`, `rope_theta`, `rope_scaling`:
+        `--ctx` and the RoPE overrides) and rebuild what depends on them. Caches made
+        before keep their capacity."""
+        self.config = dataclasses.replace(self.config, **changes)
+        if "rope_scaling" in changes and changes["rope_scaling"].kind != "llama3":
+            self._rope_freqs = None     # a GGUF's llama3 frequency tensor no longer applies
+        self.ropes = self._build_ropes(self.config)
 
     # ------------------------------------------------------------------ loading
 

@@ -26,6 +26,7 @@ from .batching.paged_kv import DEFAULT_BLOCK_SIZE, BlockPool
 from .batching.request import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
 from .batching.scheduler import DEFAULT_MAX_BATCH, DEFAULT_STEP_TOKENS, Scheduler
 from .batching.session import PagedSession
+from .context_options import ContextOptions, apply_context
 from .sampling import SamplerConfig
 from .speculative import SpeculativeConfig
 from .text_model import Generation, Piece, TextModel
@@ -44,6 +45,7 @@ class EngineOptions:
     block_size: int = DEFAULT_BLOCK_SIZE     # positions per KV block
     prefix_cache: bool = True            # share KV blocks of identical prompt prefixes
     chat_template: Optional[str] = None  # replaces the model's: a built-in name or Jinja
+    context: Optional[ContextOptions] = None    # --ctx and RoPE overrides
 
 
 class Engine:
@@ -78,6 +80,8 @@ class Engine:
                               None)
         if options.chat_template and model.tokenizer is not None:
             model.chat_template = options.chat_template
+        if options.context is not None:
+            apply_context(model.transformer, options.context)
         return cls(model, options, os.fspath(path), time.perf_counter() - start)
 
     @property

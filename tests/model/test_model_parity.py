@@ -42,6 +42,15 @@ def _qwen2():
     return transformers.Qwen2Config(rope_theta=1000000.0, **SMALL)
 
 
+def _qwen2_yarn():
+    """YaRN stretching a 16-token original context by 4 (the 12-token prompt and the
+    decode test run across the ramp of interpolated and extrapolated pairs)."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+               "rope_theta": 1000000.0}
+    return transformers.Qwen2Config(rope_parameters=scaling, max_position_embeddings=64,
+                                    **SMALL)
+
+
 def _mistral():
     return transformers.MistralConfig(sliding_window=4, **SMALL)
 
@@ -61,6 +70,7 @@ def _gemma3():
 
 
 FAMILIES = {"llama": _llama, "llama3_scaled": _llama3_scaled, "qwen2": _qwen2,
+            "qwen2_yarn": _qwen2_yarn,
             "mistral": _mistral, "gpt2": _gpt2, "gemma3": _gemma3}
 
 

@@ -195,7 +195,7 @@ def test_wrong_shape_is_validation_error(tmp_path):
     ({"num_key_value_heads": 3}, ErrorCode.VALIDATION),
     ({"rms_norm_eps": 0.0}, ErrorCode.VALIDATION),
     ({"hidden_act": "relu"}, ErrorCode.VALIDATION),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ErrorCode.UNSUPPORTED),
+    ({"rope_scaling": {"rope_type": "longrope", "factor": 4.0}}, ErrorCode.UNSUPPORTED),
 ])
 def test_bad_configs_are_refused(tmp_path, change, code):
     write_hf_model(tmp_path, "llama")

@@ -11,6 +11,7 @@ import sys
 from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
 from . import chat_template_arg
+from . import context_args
 from . import prompting
 from . import sampler_args
 from . import speculate_args
@@ -27,7 +28,7 @@ def load(args: argparse.Namespace) -> Engine:
     command and the server use); `args.backend` becomes the backend it chose."""
     engine = load_engine(args.model, EngineOptions(
         backend=args.backend, dequantize=args.dequantize,
-        chat_template=chat_template_arg.option(args)))
+        chat_template=chat_template_arg.option(args), context=context_args.options(args)))
     chat_template_arg.check_run(args, engine.model)     # run/chat: a broken template, once
     args.backend = engine.backend
     args.load_seconds = engine.load_seconds
@@ -49,6 +50,9 @@ def run_run(args: argparse.Namespace) -> int:
         result["timings"]["load_s"] = round(args.load_seconds, 3)
         result["backend"] = args.backend
         result["template"] = template
+        cfg = engine.transformer.config
+        result["context"] = cfg.max_ctx
+        result["rope_scaling"] = cfg.rope_scaling.kind if cfg.positions == "rope" else None
         emit_json(result)
         return 0
     generated = 0
@@ -121,6 +125,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     chat_template_arg.add_argument(p)
     add_runtime_arguments(p)
     speculate_args.add_arguments(p)
+    context_args.add_arguments(p)
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from apr_core.errors import AprError, ErrorCode
 from .. import backends
 from ..engine import DEFAULT_KV_MEMORY, EngineOptions
 from . import chat_template_arg
+from . import context_args
 from . import speculate_args
 from .common import parse_size, quiet, resolve_model
 
@@ -62,7 +63,8 @@ def run_serve(args: argparse.Namespace) -> int:
     chat_template_arg.check_before_serving(path, template)
     options = EngineOptions(backend=args.backend, dequantize=args.dequantize,
                             max_batch=args.max_batch, kv_memory=kv_memory,
-                            prefix_cache=not args.no_prefix_cache, chat_template=template)
+                            prefix_cache=not args.no_prefix_cache, chat_template=template,
+                            context=context_args.options(args))
     speculative = None
     if args.speculate or args.draft:
         def speculative(engine):         # on the engine thread, after the model loaded
@@ -108,4 +110,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
     chat_template_arg.add_argument(p)
     speculate_args.add_arguments(p, verbose=False)
+    context_args.add_arguments(p)
     p.set_defaults(func=run_serve)
