@@ -14,6 +14,7 @@ from apr_core.errors import AprError, ErrorCode
 from apr_core.runtime.generate import generate
 from apr_core.model import Transformer
 from apr_core.runtime.sampling import SamplerConfig
+from letter_vocab import LetterVocab
 from synthetic_models import write_gguf_model
 
 
@@ -24,15 +25,7 @@ def model(tmp_path_factory):
     return Transformer.from_path(str(path))
 
 
-class Vocab:
-    """The scheduler's view of a tokenizer: EOG ids and text pieces (one char per id)."""
-    eog_ids = frozenset()
-
-    def token_bytes(self, token_id, skip_special=False):
-        return bytes([97 + token_id % 26])
-
-    def piece(self, token_id, skip_special, after_special):
-        return self.token_bytes(token_id), False
+Vocab = LetterVocab
 
 
 def pool_for(model, blocks, block_size=4, prefix_cache=True):

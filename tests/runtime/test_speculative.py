@@ -17,6 +17,7 @@ from apr_core.runtime.lookup_draft import lookup_draft
 from apr_core.runtime.sampling import Sampler, SamplerConfig, softmax
 from apr_core.runtime.speculative import SpeculativeConfig
 from apr_core.runtime.verify import verify_token
+from letter_vocab import LetterVocab
 from synthetic_models import write_gguf_model
 
 N_VOCAB = 8
@@ -47,14 +48,7 @@ def models(tmp_path_factory):
     return Transformer.from_path(str(d / "t.gguf")), Transformer.from_path(str(d / "d.gguf"))
 
 
-class Vocab:
-    eog_ids = frozenset()
-
-    def token_bytes(self, token_id, skip_special=False):
-        return bytes([97 + token_id % 26])
-
-    def piece(self, token_id, skip_special, after_special):
-        return self.token_bytes(token_id), False
+Vocab = LetterVocab
 
 
 def run(model, prompt, sampler, max_tokens, spec=None, rows=1):
