@@ -56,14 +56,17 @@ def run_run(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     generated = 0
+    finished = []                  # the FinishEvent: its counters go out after the text
     pieces = engine.stream(ids, sampler, args.max_tokens, args.stop or (), spec,
-                           lambda event: speculate_args.report(args, event.speculative),
-                           ignore_eos=args.ignore_eos)
+                           finished.append, ignore_eos=args.ignore_eos)
     for piece in pieces:
         generated += piece.token_id >= 0
         sys.stdout.write(piece.text)
         sys.stdout.flush()
     sys.stdout.write("\n")         # also when -n cut the answer mid-line
+    sys.stdout.flush()
+    for event in finished:
+        speculate_args.report(args, event.speculative)
     prompting.warn_if_empty(args, engine.model, template, generated)
     return 0
 
@@ -101,14 +104,16 @@ def run_chat(args: argparse.Namespace) -> int:
         else:
             transcript += text + "\n"
             ids = model.prompt_ids(transcript)
-        reply = []
+        reply, finished = [], []
         for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or (), spec,
-                                   lambda event: speculate_args.report(args, event.speculative),
-                                   ignore_eos=args.ignore_eos):
+                                   finished.append, ignore_eos=args.ignore_eos):
             reply.append(piece.text)
             sys.stdout.write(piece.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
+        sys.stdout.flush()
+        for event in finished:
+            speculate_args.report(args, event.speculative)
         if chat:
             messages.append({"role": "assistant", "content": "".join(reply)})
         else:
