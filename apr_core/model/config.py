@@ -129,12 +129,12 @@ def config_from_gguf(kv: Dict[str, Any], tensor_names: Any) -> ModelConfig:
     if kind == "none" and factor not in (None, 0, 1, 0.0, 1.0):
         kind = "linear"   # older files carry only rope.scale_linear
     raw["rope_scaling"] = {"rope_type": kind, "factor": factor or 1.0}
-    for field, key in (("rope_scaling_orig_ctx", "original_max_position_embeddings"),
-                       ("rope_yarn_beta_fast", "beta_fast"),
-                       ("rope_yarn_beta_slow", "beta_slow")):
-        if raw.get(field) is not None:
-            raw["rope_scaling"][key] = raw.pop(field)
-        raw.pop(field, None)
+    for name, key in (("rope_scaling_orig_ctx", "original_max_position_embeddings"),
+                      ("rope_yarn_beta_fast", "beta_fast"),
+                      ("rope_yarn_beta_slow", "beta_slow")):
+        if raw.get(name) is not None:
+            raw["rope_scaling"][key] = raw.pop(name)
+        raw.pop(name, None)
 
     family = family_for(arch, "gguf")
     source = detect_source(tensor_names, family)

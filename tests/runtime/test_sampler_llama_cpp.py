@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from apr_core.runtime.dry import breaker_ids
-from apr_core.runtime.sampling import Sampler, SamplerConfig, softmax
+from apr_core.runtime.sampling import Sampler, SamplerConfig
 from requires import needs
 
 pytestmark = [pytest.mark.native, pytest.mark.oracle, pytest.mark.real_model,

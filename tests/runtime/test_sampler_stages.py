@@ -2,8 +2,6 @@
 their definitions: DRY against a brute-force search of every repetition, XTC and the
 chain order on hand-worked logits, the option table against SamplerConfig (also on
 Python 3.8). llama.cpp's own samplers as the oracle: test_sampler_llama_cpp.py."""
-import itertools
-
 import numpy as np
 import pytest
 

@@ -65,10 +65,9 @@ def run_serve(args: argparse.Namespace) -> int:
                             max_batch=args.max_batch, kv_memory=kv_memory,
                             prefix_cache=not args.no_prefix_cache, chat_template=template,
                             context=context_args.options(args))
-    speculative = None
-    if args.speculate or args.draft:
-        def speculative(engine):         # on the engine thread, after the model loaded
-            return speculate_args.config(args, engine)
+    # built on the engine thread once the model is loaded (a draft model loads there too)
+    speculative = (lambda engine: speculate_args.config(args, engine)) \
+        if args.speculate or args.draft else None
     engine = ServingEngine(path, args.model_id or model_id_for(args.model),
                            options, max_queue=args.max_queue, speculative=speculative)
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
