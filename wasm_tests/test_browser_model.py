@@ -96,3 +96,25 @@ def test_demo_page_inspects_a_local_file_with_stats(open_page, models_dir):
             assert row[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), (name, key)
     shot = os.path.join(artifacts_dir(), "demo_inspect.png")
     page.screenshot(path=shot, full_page=False)
+
+
+REPEAT = ("Repeat this sentence exactly, twice: the quick brown fox jumps over the lazy dog "
+          "while the cat sleeps on the warm mat.")
+
+
+@pytest.mark.parametrize("kernels", ["simd", "numpy"])
+def test_speculative_chat_in_the_browser_gives_the_same_text(open_page, kernels):
+    """`apr.chat(messages, {speculate: "lookup"})` runs the engine's scheduler in the
+    worker with prompt-lookup drafts: the same greedy text as plain decoding, fewer
+    forward passes than tokens (the counters come back with the answer)."""
+    session = open_page(QUERY + "&kernels=" + kernels)
+    session.call("apr.load('models/smollm2.gguf')")
+    ask = "(o) => apr.chat([{role: 'user', content: %r}], o)" % REPEAT
+    plain = session.call(ask, {"maxTokens": 48})
+    fast = session.call(ask, {"maxTokens": 48, "speculate": "lookup", "draftMax": 6})
+    assert fast["text"] == plain["text"] and fast["tokens"] == plain["tokens"]
+    s = fast["speculative"]
+    assert plain["speculative"] is None and s["mode"] == "lookup"
+    assert s["accepted_tokens"] > 0 and s["decode_passes"] < s["decoded_tokens"]
+    print(kernels, "plain", plain["decode_tok_s"], "lookup", fast["decode_tok_s"],
+          "tokens/pass", s["tokens_per_pass"])

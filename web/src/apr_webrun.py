@@ -8,11 +8,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
 
 from apr_websource import _error, _models, _open, _state
+
+BROWSER_KV_BYTES = 256 << 20     # the KV block pool of the engine's scheduler in a tab
 
 
 async def load(url: str, dequantize: Optional[bool] = None,
@@ -30,7 +32,7 @@ async def load(url: str, dequantize: Optional[bool] = None,
         for source in model.remote_sources:
             await source.fill_all()  # one read per file: the loader then never waits
         try:
-            from apr_core.runtime.engine import Engine
+            from apr_core.runtime.engine import Engine, EngineOptions
             from apr_core.runtime.text_model import TextModel
         except ImportError:
             return json.dumps({"error": {"code": "numpy", "message": "generation needs numpy: "
@@ -40,8 +42,11 @@ async def load(url: str, dequantize: Optional[bool] = None,
         if dequantize is None:
             dequantize = kernels.backend == registry.REFERENCE
         # THE engine object, over the bytes this worker fetched (its kernels, no mmap here)
+        # one sequence at a time in a tab; its KV blocks (speculative decoding runs on the
+        # engine's scheduler) within BROWSER_KV_BYTES, allocated on first use
         engine = Engine(TextModel.from_model_file(model, dequantize_at_load=bool(dequantize),
-                                                  kernels=kernels), path=url)
+                                                  kernels=kernels),
+                        EngineOptions(max_batch=1, kv_memory=BROWSER_KV_BYTES), path=url)
         _state["engine"], _state["model"], _state["url"] = engine, engine.model, url
         cfg = engine.transformer.config
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
@@ -56,21 +61,33 @@ def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0,
          seed: Optional[int] = None, sampling_json: str = "{}") -> str:
     """Answer a conversation, emitting a `token` event per piece as it is generated.
     `sampling_json`: further sampler options under llama-server's names (`top_k`,
-    `dry_multiplier`, `xtc_probability`, `samplers` ...: THE option table)."""
+    `dry_multiplier`, `xtc_probability`, `samplers` ...: THE option table), and
+    `speculate: "lookup"` (with `draft_max`) for speculative decoding with prompt-lookup
+    drafts: the same text, fewer forward passes when the answer repeats its input."""
     import time
     from apr_core.runtime.sampler_options import from_request
     from apr_core.runtime.sampling import SamplerConfig
     try:
         text_model = _state["model"]
         ids = text_model.chat_ids(json.loads(messages_json))
+        options = json.loads(sampling_json or "{}")
+        speculate = options.pop("speculate", None)
+        draft_max = int(options.pop("draft_max", None) or options.pop("draftMax", None) or 8)
         config = SamplerConfig(temperature=float(temperature),
                                seed=None if seed is None else int(seed),
-                               **from_request(json.loads(sampling_json or "{}"),
-                                              skip=("temperature",)))
+                               **from_request(options, skip=("temperature",)))
+        finished: List[Any] = []
+        if speculate:
+            from apr_core.runtime.speculative import SpeculativeConfig
+            stream = _state["engine"].stream(ids, config, int(max_tokens),
+                                             speculative=SpeculativeConfig(speculate, draft_max),
+                                             report=finished.append)
+        else:
+            stream = text_model.stream(ids, config, max_tokens=int(max_tokens))
         start = time.time()
         first: Optional[float] = None
         pieces, count = [], 0
-        for piece in text_model.stream(ids, config, max_tokens=int(max_tokens)):
+        for piece in stream:
             first = first or time.time()
             count += piece.token_id >= 0
             pieces.append(piece.text)
@@ -79,7 +96,8 @@ def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0,
         decode = end - (first or end)
         return json.dumps({"text": "".join(pieces), "tokens": count, "prompt_tokens": len(ids),
                            "prefill_s": (first or end) - start, "decode_s": decode,
-                           "decode_tok_s": (count - 1) / decode if count > 1 and decode else None})
+                           "decode_tok_s": (count - 1) / decode if count > 1 and decode else None,
+                           "speculative": finished[0].speculative if finished else None})
     except Exception as exc:
         return _error(exc)
 
