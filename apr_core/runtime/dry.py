@@ -72,23 +72,24 @@ def dry_penalties(history: Sequence[int], multiplier: float, base: float,
     return tokens, multiplier * np.power(float(base), exponents.astype(np.float64))
 
 
-_breaker_cache: Dict[Tuple[int, Tuple[str, ...]], FrozenSet[int]] = {}
-
-
 def breaker_ids(tokenizer: Any, breakers: Sequence[str]) -> FrozenSet[int]:
-    """The ids of the tokens whose text contains one of `breakers` (cached per tokenizer).
-    llama.cpp also joins a breaker split over several tokens; for one-character breakers
-    (the defaults) the two rules are the same."""
-    key = (id(tokenizer), tuple(breakers))
-    found = _breaker_cache.get(key)
-    if found is None:
-        wanted = [b.encode("utf-8") for b in breakers if b]
-        ids = set()
-        for token in range(tokenizer.n_vocab):
-            text = tokenizer.token_bytes(token)
-            if any(b in text for b in wanted):
-                ids.add(token)
-        found = _breaker_cache[key] = frozenset(ids)
+    """The ids of the tokens whose text contains one of `breakers` (remembered on the
+    tokenizer). llama.cpp also joins a breaker split over several tokens; for
+    one-character breakers (the defaults) the two rules are the same."""
+    key = tuple(breakers)
+    remembered = getattr(tokenizer, "_dry_breakers", None)
+    if isinstance(remembered, dict) and key in remembered:
+        return remembered[key]
+    wanted = [b.encode("utf-8") for b in breakers if b]
+    found = frozenset(token for token in range(tokenizer.n_vocab)
+                      if any(b in tokenizer.token_bytes(token) for b in wanted))
+    try:
+        if not isinstance(remembered, dict):
+            remembered = {}
+            tokenizer._dry_breakers = remembered
+        remembered[key] = found
+    except AttributeError:            # a tokenizer with __slots__: computed each time
+        pass
     return found
 
 

@@ -156,3 +156,22 @@ def test_flags_and_logit_bias():
     for bad in ("15043", "+1", "x+1"):
         with pytest.raises(AprError):
             parse_logit_bias([bad])
+
+
+class TextVocab:
+    def __init__(self, texts):
+        self.texts = [t.encode() for t in texts]
+        self.n_vocab = len(texts)
+
+    def token_bytes(self, token_id, skip_special=False):
+        return self.texts[token_id]
+
+
+def test_breaker_tokens_are_those_whose_text_holds_a_breaker():
+    from apr_core.runtime.dry import breaker_ids
+    a = TextVocab(["a", "b\n", "c:", "d", "\"e"])
+    b = TextVocab(["x:", "y", "z*"])
+    assert breaker_ids(a, ("\n", ":", "\"", "*")) == frozenset({1, 2, 4})
+    assert breaker_ids(b, ("\n", ":", "\"", "*")) == frozenset({0, 2})     # its own vocabulary
+    assert breaker_ids(a, ("d",)) == frozenset({3})
+    assert breaker_ids(a, ("\n", ":", "\"", "*")) is breaker_ids(a, ("\n", ":", "\"", "*"))
