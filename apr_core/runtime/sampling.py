@@ -248,6 +248,9 @@ class Sampler:
         c = self.config
         z = np.array(logits, np.float64).reshape(-1)
         for token, bias in c.logit_bias:
+            if not 0 <= token < z.size:
+                raise AprError(ErrorCode.ARGUMENT, "logit bias for a token id outside the "
+                               "vocabulary", token=token, n_vocab=z.size)
             z[token] += bias
         for stage in c.samplers:
             if stage == "penalties" and (c.repetition_penalty != 1.0 or c.presence_penalty

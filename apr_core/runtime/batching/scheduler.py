@@ -90,6 +90,10 @@ class Scheduler:
         if min(ids) < 0 or max(ids) >= cfg.n_vocab:
             raise AprError(ErrorCode.ARGUMENT, "prompt token id outside the vocabulary",
                            n_vocab=cfg.n_vocab)
+        biased = [t for t, _ in request.sampler.logit_bias] + list(request.logit_bias)
+        if any(not 0 <= int(t) < cfg.n_vocab for t in biased):
+            raise AprError(ErrorCode.ARGUMENT, "logit bias for a token id outside the "
+                           "vocabulary", n_vocab=cfg.n_vocab)
         if len(ids) >= cfg.max_ctx:
             raise AprError(ErrorCode.ARGUMENT, "prompt is as long as the model's context",
                            prompt_tokens=len(ids), context=cfg.max_ctx)
