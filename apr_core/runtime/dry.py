@@ -20,6 +20,8 @@ from typing import Any, Dict, FrozenSet, Sequence, Tuple
 import numpy as np
 
 DEFAULT_BREAKERS = ("\n", ":", "\"", "*")
+MAX_BREAKERS, MAX_BREAKER_CHARS = 32, 40    # a request's breakers (llama.cpp: 40 characters)
+REMEMBERED_SETS = 8                          # breaker sets remembered per tokenizer
 FLOAT32_MAX_LOG = 88.7228391            # log(float32 max): the cap of base ** exponent
 
 
@@ -87,10 +89,13 @@ def breaker_ids(tokenizer: Any, breakers: Sequence[str]) -> FrozenSet[int]:
         if not isinstance(remembered, dict):
             remembered = {}
             tokenizer._dry_breakers = remembered
+        while len(remembered) >= REMEMBERED_SETS:      # client-chosen sets stay bounded
+            del remembered[next(iter(remembered))]
         remembered[key] = found
     except AttributeError:            # a tokenizer with __slots__: computed each time
         pass
     return found
 
 
-__all__ = ["dry_penalties", "breaker_ids", "DEFAULT_BREAKERS"]
+__all__ = ["dry_penalties", "breaker_ids", "DEFAULT_BREAKERS", "MAX_BREAKERS",
+           "MAX_BREAKER_CHARS"]

@@ -21,7 +21,8 @@ from typing import Any, FrozenSet, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import AprError, ErrorCode
-from .dry import DEFAULT_BREAKERS, breaker_ids, dry_penalties
+from .dry import (DEFAULT_BREAKERS, MAX_BREAKER_CHARS, MAX_BREAKERS, breaker_ids,
+                  dry_penalties)
 from .sampler_stages import mirostat_v1, xtc_filter
 
 # stage names (llama.cpp's) -> their canonical name here
@@ -71,7 +72,9 @@ class SamplerConfig:
                 or self.penalty_last_n < -1 or self.dry_multiplier < 0.0 \
                 or self.dry_base < 1.0 or self.dry_allowed_length < 0 \
                 or self.dry_penalty_last_n < -1 or not 0.0 <= self.xtc_probability <= 1.0 \
-                or not 0.0 <= self.xtc_threshold <= 1.0:
+                or not 0.0 <= self.xtc_threshold <= 1.0 \
+                or len(self.dry_sequence_breakers) > MAX_BREAKERS \
+                or any(len(b) > MAX_BREAKER_CHARS for b in self.dry_sequence_breakers):
             raise AprError(ErrorCode.ARGUMENT, "sampler parameter out of range",
                            config=repr(self))
         object.__setattr__(self, "samplers", tuple(STAGES[n] for n in self.samplers))

@@ -175,3 +175,18 @@ def test_breaker_tokens_are_those_whose_text_holds_a_breaker():
     assert breaker_ids(b, ("\n", ":", "\"", "*")) == frozenset({0, 2})     # its own vocabulary
     assert breaker_ids(a, ("d",)) == frozenset({3})
     assert breaker_ids(a, ("\n", ":", "\"", "*")) is breaker_ids(a, ("\n", ":", "\"", "*"))
+
+
+def test_breaker_sets_are_bounded():
+    """A client chooses the breakers: their number and length are capped, and the sets a
+    tokenizer remembers stay few whatever clients send."""
+    from apr_core.runtime.dry import MAX_BREAKER_CHARS, MAX_BREAKERS, REMEMBERED_SETS, \
+        breaker_ids
+    with pytest.raises(AprError):
+        SamplerConfig(dry_sequence_breakers=tuple(str(i) for i in range(MAX_BREAKERS + 1)))
+    with pytest.raises(AprError):
+        SamplerConfig(dry_sequence_breakers=("x" * (MAX_BREAKER_CHARS + 1),))
+    vocab = TextVocab(["a", "b", "c"])
+    for i in range(3 * REMEMBERED_SETS):
+        breaker_ids(vocab, ("q%d" % i,))
+    assert len(vocab._dry_breakers) <= REMEMBERED_SETS
