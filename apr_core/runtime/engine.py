@@ -48,6 +48,15 @@ class EngineOptions:
     context: Optional[ContextOptions] = None    # --ctx and RoPE overrides
 
 
+def _one_request(prompt_ids: Sequence[int], sampler: Optional[SamplerConfig], max_tokens: int,
+                 stop: Sequence[str], ignore_eos: bool,
+                 speculative: Optional[SpeculativeConfig]) -> GenerationRequest:
+    """The request of `Engine.stream` / `Engine.generate` (greedy unless told)."""
+    return GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
+                             max_tokens, tuple(stop), ignore_eos=ignore_eos,
+                             speculative=speculative)
+
+
 class Engine:
     """A loaded model with its backend, tokenizer and batching scheduler."""
 
@@ -150,9 +159,7 @@ class Engine:
         generator returns the finish reason ("stop", "length", ...). `speculative`: draft
         and verify (same ids when greedy, same distribution when sampling); `report` gets
         the FinishEvent (its `speculative` counters)."""
-        request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
-                                    max_tokens, tuple(stop), ignore_eos=ignore_eos,
-                                    speculative=speculative)
+        request = _one_request(prompt_ids, sampler, max_tokens, stop, ignore_eos, speculative)
         for event in self.events(request):
             if isinstance(event, TokenEvent):
                 yield Piece(event.token_id, event.text)
@@ -170,9 +177,7 @@ class Engine:
                  ignore_eos: bool = False) -> Generation:
         """One generation to its end: text, ids, the generator's finish reason, timings
         (and the speculative counters when `speculative` is given)."""
-        request = GenerationRequest(list(prompt_ids), sampler or SamplerConfig(temperature=0.0),
-                                    max_tokens, tuple(stop), ignore_eos=ignore_eos,
-                                    speculative=speculative)
+        request = _one_request(prompt_ids, sampler, max_tokens, stop, ignore_eos, speculative)
         start = time.perf_counter()
         first: Optional[float] = None
         text: List[str] = []

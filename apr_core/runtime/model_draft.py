@@ -62,12 +62,19 @@ class ModelDrafter:
         return drafts, None if greedy else dists
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    differ = np.nonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))[0]
-    return int(differ[0]) if differ.size else n
+def _common_prefix(a: List[int], b: List[int]) -> int:
+    """How many leading ids `a` and `b` share: list comparisons (C loops), halving the
+    span where they first differ (after a rejected draft, near the end)."""
+    lo, hi = 0, min(len(a), len(b))           # a[:lo] == b[:lo]; is a[:hi] == b[:hi]?
+    if a[:hi] == b[:hi]:
+        return hi
+    while hi - lo > 1:                        # a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 __all__ = ["ModelDrafter"]

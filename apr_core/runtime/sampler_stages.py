@@ -15,8 +15,11 @@ MIROSTAT_M = 100            # tokens Mirostat v1 estimates the Zipf exponent fro
 NEG_INF = -np.inf
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(np.asarray(z, np.float64) - np.max(z))
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """`[n] -> [n]` float64 probabilities (-inf logits get 0)."""
+    z = np.asarray(logits, np.float64)
+    z = z - np.max(z)
+    e = np.exp(z)
     return e / e.sum()
 
 
@@ -31,7 +34,7 @@ def xtc_filter(logits: np.ndarray, probability: float, threshold: float,
         return z
     if rng.random_sample() > probability:
         return z
-    probs = _softmax(z)
+    probs = softmax(z)
     order = np.argsort(-probs, kind="stable")                  # most likely first
     above = int(np.count_nonzero(probs[order] >= threshold))
     alive = int(np.count_nonzero(probs > 0.0))
@@ -48,7 +51,7 @@ def mirostat_v1(logits: np.ndarray, mu: float, tau: float, eta: float,
     top k that makes the expected surprise 2**mu, draw, and move mu by `eta` times the
     observed surprise's distance from `tau`. Returns (token, new mu)."""
     n_vocab = logits.shape[-1]
-    probs = _softmax(logits)
+    probs = softmax(logits)
     order = np.argsort(-probs, kind="stable")
     p = probs[order]                                           # sorted, descending
     top = min(m - 1, p.size - 1)
@@ -71,4 +74,4 @@ def mirostat_v1(logits: np.ndarray, mu: float, tau: float, eta: float,
     return token, mu - eta * (observed - tau)
 
 
-__all__ = ["xtc_filter", "mirostat_v1", "MIROSTAT_M"]
+__all__ = ["softmax", "xtc_filter", "mirostat_v1", "MIROSTAT_M"]

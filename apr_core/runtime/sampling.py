@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import AprError, ErrorCode
 from .dry import (DEFAULT_BREAKERS, MAX_BREAKER_CHARS, MAX_BREAKERS, breaker_ids,
                   dry_penalties)
-from .sampler_stages import mirostat_v1, xtc_filter
+from .sampler_stages import mirostat_v1, softmax, xtc_filter
 
 # stage names (llama.cpp's) -> their canonical name here
 STAGES = {"penalties": "penalties", "dry": "dry", "top_k": "top_k", "tfs_z": "tfs_z",
@@ -81,14 +81,6 @@ class SamplerConfig:
 
 
 NEG_INF = -np.inf
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """`[n] -> [n]` float64 probabilities (-inf logits get 0)."""
-    z = np.asarray(logits, np.float64)
-    z = z - np.max(z)
-    e = np.exp(z)
-    return e / e.sum()
 
 
 def greedy(logits: np.ndarray) -> int:

@@ -72,7 +72,8 @@ def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0,
         ids = text_model.chat_ids(json.loads(messages_json))
         options = json.loads(sampling_json or "{}")
         speculate = options.pop("speculate", None)
-        draft_max = int(options.pop("draft_max", None) or options.pop("draftMax", None) or 8)
+        draft_max = options.pop("draft_max", None), options.pop("draftMax", None)
+        draft_max = int(draft_max[0] or draft_max[1] or 8)
         config = SamplerConfig(temperature=float(temperature),
                                seed=None if seed is None else int(seed),
                                **from_request(options, skip=("temperature",)))

@@ -135,12 +135,13 @@ class BlockPool:
     def clear(self, table: Sequence[int], start: int, stop: int) -> None:
         """Zero positions `start .. stop-1` of the sequence whose block table is `table`
         (the KV of a rejected speculative draft: as if it had never been stored)."""
+        if stop <= start:
+            return
         bs = self.block_size
-        for pos in range(start, stop):
-            slot = table[pos // bs] * bs + pos % bs
-            for arrays in (self.k, self.v):
-                for layer in arrays:                  # [n_kv, slots, hd]
-                    layer[:, slot] = 0.0
+        slots = [table[pos // bs] * bs + pos % bs for pos in range(start, stop)]
+        for arrays in (self.k, self.v):
+            for layer in arrays:                      # [n_kv, slots, hd]
+                layer[:, slots] = 0.0
 
     # ------------------------------------------------------------------ prefix cache
 

@@ -77,7 +77,10 @@ class Sequence:
 
     def pending(self, count: int) -> List[int]:
         """The next `count` ids to run: uncomputed tokens, then the draft."""
-        return (self.tokens + self.draft)[self.computed:self.computed + count]
+        end = self.computed + count
+        tokens = self.tokens[self.computed:end]
+        return tokens + self.draft[:end - len(self.tokens)] if end > len(self.tokens) \
+            else tokens
 
     @property
     def decoding(self) -> bool:

@@ -7,12 +7,12 @@ names), read into `apr_core.runtime.context_options.ContextOptions`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Optional
 
 from apr_core.runtime.context_options import SCALINGS, ContextOptions
 
-FIELDS = ("ctx", "rope_scaling", "rope_scale", "rope_freq_base", "rope_freq_scale",
-          "yarn_orig_ctx", "yarn_beta_fast", "yarn_beta_slow", "yarn_attn_factor")
+FIELDS = tuple(f.name for f in dataclasses.fields(ContextOptions))   # flags' dest names
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
