@@ -42,6 +42,16 @@ def smollm2_path():
         require(False, "SmolLM2 GGUF unavailable: {}".format(err))
 
 
+@pytest.fixture(scope="session")
+def qwen_path():
+    from apr_native.real_models import locate
+    from apr_core.errors import AprError
+    try:
+        return str(locate("qwen2.5-coder-0.5b"))
+    except AprError as err:
+        require(False, "Qwen2.5 GGUF unavailable: {}".format(err))
+
+
 def cached(name, inputs, build):
     """`build()`'s result, pickled under $APR_CACHE/wasm_tests keyed by `inputs` and the
     sources of apr_core and apr_native (so any code change recomputes it); a file lock makes

@@ -27,6 +27,7 @@ KERNELS = os.path.join(ROOT, "web", "src", "kernels")
 sys.path.insert(0, os.path.join(ROOT, "web", "src"))
 
 import apr_webkernel  # noqa: E402  (the shell's Python side; `js` is imported lazily)
+from quant_emulation import activations, split_activations  # noqa: E402
 
 # (tensor, tokens): both quantized types, square/tall/wide shapes, prefill and decode.
 CASES = [("blk.0.attn_q.weight", 1), ("blk.0.attn_k.weight", 3), ("blk.7.ffn_down.weight", 2),
@@ -41,15 +42,6 @@ def gguf_tensor(path, name):
         return np.frombuffer(bytes(raw.data), np.uint8), raw.dtype, tuple(raw.shape)
 
 
-def activations(tokens, cols, seed):
-    """Activation-like x `[T, cols]`: normal values, a few large outliers, one all-zero block."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((tokens, cols)).astype(np.float32)
-    x[:, rng.integers(0, cols, 4)] *= 40
-    x[0, 32:64] = 0
-    return x
-
-
 def codes_and_scales(data, dtype, shape):
     """Integer codes `[rows, nb, 32]` int64, d and m `[rows, nb]` float32 from GGUF blocks."""
     rows, cols = shape
@@ -61,20 +53,6 @@ def codes_and_scales(data, dtype, shape):
         qs = blocks[..., 4:20].astype(np.int64)
         return np.concatenate([qs & 15, qs >> 4], axis=2), half(0), half(2)
     return blocks[..., 2:34].view(np.int8).astype(np.int64), half(0), np.zeros_like(half(0))
-
-
-def split_activations(x):
-    """x `[T, cols]` -> xh, xl `[T, nb, 32]` (integers, as float64), dx, sum(x) `[T, nb]`."""
-    f32 = np.float32
-    xb = x.reshape(x.shape[0], -1, 32)
-    amax = np.abs(xb).max(axis=2)
-    inv = np.zeros_like(amax)
-    np.divide(f32(32767), amax, out=inv, where=amax > 0)
-    xs = xb * inv[..., None]                                         # float32
-    xh = np.rint(xs)
-    xl = np.rint((xs - xh) * f32(32768))
-    total = np.add.accumulate(xb, axis=2, dtype=f32)[..., -1]       # column order, float32
-    return xh.astype(np.float64), xl.astype(np.float64), amax / f32(32767), total
 
 
 def emulate(data, dtype, shape, x):

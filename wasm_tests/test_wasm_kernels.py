@@ -26,11 +26,13 @@ def wasmtime():
     return wasmtime
 
 
-@pytest.mark.parametrize("wat", sorted(glob.glob(os.path.join(KERNELS, "*.wat"))))
-def test_embedded_binaries_are_up_to_date(wasmtime, wat):
-    from build_wasm_kernels import render
-    with open(wat[:-len(".wat")] + ".wasm.js") as handle:
-        assert handle.read() == render(wat), "run scripts/build_wasm_kernels.py"
+@pytest.mark.parametrize("source", sorted(glob.glob(os.path.join(KERNELS, "*.wat"))
+                                           + glob.glob(os.path.join(KERNELS, "*.c"))),
+                         ids=os.path.basename)
+def test_embedded_binaries_are_up_to_date(wasmtime, source):
+    from build_wasm_kernels import render, target
+    with open(target(source)) as handle:
+        assert handle.read() == render(source), "run scripts/build_wasm_kernels.py"
 
 
 @pytest.mark.parametrize("rows, cols, tokens", [(1536, 576, 1), (576, 1536, 3), (7, 16, 2),

