@@ -10,11 +10,12 @@ from quant_emulation import split_activations
 
 f32 = np.float32
 # dtype name -> (kind code of apr_webkernel.QUANTIZED, bytes per block, columns per block)
-LAYOUT = {"Q5_0": (3, 22, 32), "Q5_1": (4, 24, 32), "Q2_K": (5, 84, 256),
+LAYOUT = {"Q4_0": (10, 18, 32), "Q4_1": (1, 20, 32), "Q8_0": (2, 34, 32), "Q5_0": (3, 22, 32), "Q5_1": (4, 24, 32), "Q2_K": (5, 84, 256),
           "Q3_K": (6, 110, 256), "Q4_K": (7, 144, 256), "Q5_K": (8, 176, 256),
           "Q6_K": (9, 210, 256)}
+OFFSET = ("Q4_1", "Q5_1")  # w = d q + m (the K-quants subtract their mins)
 # Where each type keeps its f16 scales (offsets in a block)
-HALVES = {"Q5_0": (0,), "Q5_1": (0, 2), "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2),
+HALVES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q8_0": (0,), "Q5_0": (0,), "Q5_1": (0, 2), "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2),
           "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
@@ -25,6 +26,18 @@ def _half(blocks, at):
 def _bits(values, count):
     """Bit i of each value -> [..., count] (0/1), i = 0..count-1."""
     return (values[..., None].astype(np.int64) >> np.arange(count)) & 1
+
+
+def _q4_q8(blocks, name):
+    """Q4_0 / Q4_1 / Q8_0 `[rows, nb, width]` -> codes `[rows, nb, 32]`, scale, min."""
+    d = _half(blocks, 0)[..., None]
+    if name == "Q8_0":
+        return blocks[..., 2:].view(np.int8).astype(np.int64), d, None
+    qs = blocks[..., 4 if name == "Q4_1" else 2:].astype(np.int64)       # [rows, nb, 16]
+    codes = np.concatenate([qs & 15, qs >> 4], axis=-1)
+    if name == "Q4_0":
+        return codes - 8, d, None
+    return codes, d, _half(blocks, 2)[..., None]
 
 
 def _q5(blocks, with_min):
@@ -106,6 +119,8 @@ def codes_and_scales(data, name, shape):
     _, width, cols = LAYOUT[name]
     rows = shape[0]
     blocks = np.asarray(data, np.uint8).reshape(rows, shape[1] // cols, width)
+    if name in ("Q4_0", "Q4_1", "Q8_0"):
+        return _q4_q8(blocks, name)
     if name in ("Q5_0", "Q5_1"):
         codes, scale, mins = _q5(blocks, name == "Q5_1")
         return codes, scale, (mins if name == "Q5_1" else None)
@@ -123,7 +138,7 @@ def dequantized(data, name, shape):
     sub = scale.shape[-1]
     w = codes.reshape(rows, nb, sub, -1) * scale.astype(np.float64)[..., None]
     if mins is not None:
-        w = w + (1 if name == "Q5_1" else -1) * mins.astype(np.float64)[..., None]
+        w = w + (1 if name in OFFSET else -1) * mins.astype(np.float64)[..., None]
     return w.reshape(shape)
 
 
@@ -149,7 +164,7 @@ def emulate(data, name, shape, x):
                 macc = macc + mins[None, :, b, h] * sums[:, None, b, h]
     if mins is None:
         return acc
-    return acc + macc if name == "Q5_1" else acc - macc
+    return acc + macc if name in OFFSET else acc - macc
 
 
 def random_blocks(name, rows, cols, seed):

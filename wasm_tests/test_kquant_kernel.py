@@ -57,7 +57,7 @@ def run_kernel(kernels, data, name, shape, x, first=0, last=None):
     layout, at = {}, 1 << 16
     for key, size in (("w", data.nbytes), ("x", x.nbytes), ("xq", tokens * nb * 128),
                       ("sc", tokens * nb * 8), ("s16", tokens * nb * 8),
-                      ("y", tokens * rows * 4), ("acc", tokens * 4), ("macc", tokens * 4)):
+                      ("y", tokens * rows * 4), ("acc", tokens * 16), ("macc", tokens * 16)):
         layout[key] = at
         at += (size + 15) & ~15
     if at > memory.data_len(store):
@@ -169,3 +169,21 @@ def test_kernel_on_qwen_tensors_equals_its_replay(kernels, qwen_tensors, name):
     x = activations(2, shape[1], seed=11)
     got, want = run_kernel(kernels, data, name, shape, x), emulate(data, name, shape, x)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), tensor
+
+
+def test_every_finite_half_scale_widens_exactly(kernels):
+    """The kernel's branch-free f16 -> f32 (subnormals, both signs) equals numpy's on every
+    finite pattern: Q8_0 rows of one block each, d = the pattern, codes 1, through the
+    kernel and its replay."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype("<u2")
+    finite = patterns[np.isfinite(patterns.view("<f2"))]                # [rows]
+    blocks = np.zeros((finite.size, 1, 34), np.uint8)
+    blocks[:, 0, :2] = finite[:, None].view(np.uint8)
+    blocks[:, 0, 2:] = 1
+    x = np.ones((1, 32), np.float32)
+    got = run_kernel(kernels, blocks.reshape(-1), "Q8_0", (finite.size, 32), x)
+    want = emulate(blocks.reshape(-1), "Q8_0", (finite.size, 32), x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    # and the replay's widening is numpy's: y = 32 d up to the float32 steps
+    d = finite.view("<f2").astype(np.float64)
+    assert (np.abs(got[0] - 32 * d) <= 1e-6 * np.abs(32 * d)).all()

@@ -1,6 +1,6 @@
 /*
  * Quantized matmuls straight over GGUF blocks as stored: y[t, r] = dot(W[r, :], x[t, :]) for
- * Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights. The weights are used in place (no
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights. The weights are used in place (no
  * repacking, no float copy), so the kernel memory holds each tensor at its file size.
  *
  * Math: the same activation split as matmul_q.wat (apr_webkernel.py has the accuracy
@@ -11,11 +11,14 @@
  *     s    = f32(sum q*xh) + f32(sum q*xl) * 2^-15
  *     acc  = acc + s * (scale * dx)              scale = d * sub-block scale (exact in f32)
  *     macc = macc + min * sum(x over the sub-block)         (types with an offset only)
- *     y    = acc - macc   (K-quants: w = scale * q - min)   or acc + macc (Q5_1: d * q + m)
+ *     y    = acc - macc   (K-quants: w = scale * q - min)   or acc + macc (Q4_1, Q5_1: d q + m)
  * WebAssembly has no FMA and this file is built with -ffp-contract=off, so the kernel equals
  * a float32 replay of these steps bit for bit (wasm_tests/test_kquant_kernel.py).
  *
  * Code layouts (ggml's block_* structs; every field little-endian, halves are IEEE f16):
+ *   Q4_0 [18 B]: d, qs[16]               q = nibble minus 8 (low nibbles columns 0..15)
+ *   Q4_1 [20 B]: d, m, qs[16]            q = nibble
+ *   Q8_0 [34 B]: d, qs[32] int8
  *   Q5_0 [22 B]: d, qh u32, qs[16]       q = nibble | qh bit << 4, minus 16
  *   Q5_1 [24 B]: d, m, qh u32, qs[16]     q = nibble | qh bit << 4
  *   Q2_K [84 B]: scales[16] (4-bit scale, 4-bit min), qs[64], d, dmin
@@ -31,33 +34,21 @@
 #define EXPORT(name) __attribute__((export_name(name)))
 #define INLINE static inline __attribute__((always_inline))
 
-/* Kind codes: apr_webkernel.QUANTIZED (1 and 2 are matmul_q.wat's Q4_1 and Q8_0). */
-enum { Q5_0 = 3, Q5_1 = 4, Q2_K = 5, Q3_K = 6, Q4_K = 7, Q5_K = 8, Q6_K = 9 };
+/* Kind codes: apr_webkernel.QUANTIZED. */
+enum { Q4_1 = 1, Q8_0 = 2, Q5_0 = 3, Q5_1 = 4, Q2_K = 5, Q3_K = 6, Q4_K = 7, Q5_K = 8, Q6_K = 9,
+       Q4_0 = 10 };
 
 /* A 32-column block of codes: four i16x8 vectors in column order, and its one or two
- * sub-blocks' float32 scales and mins. */
+ * sub-blocks' scales and mins as f16 bits times small integers (scale h = half(d) * sc[h],
+ * min h = half(dmin) * mn[h]: exact in float32), widened four rows at a time by `lanes`. */
 typedef struct {
   v128_t c[4];
-  float scale[2];
-  float min[2];
+  uint32_t d, dmin;
+  int32_t sc[2], mn[2];
 } Block;
 
 INLINE uint32_t load_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 INLINE uint32_t load_u32(const uint8_t* p) { return load_u16(p) | (load_u16(p + 2) << 16); }
-
-/* IEEE half bits -> float32, exactly (subnormals, infinities and NaN payloads included). */
-INLINE float half(const uint8_t* p) {
-  uint32_t h = load_u16(p);
-  uint32_t s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 0x3ff;
-  union { uint32_t u; float f; } v;
-  if (e == 0) {
-    v.f = (float)m * 0x1p-24f;
-    v.u |= s;
-    return v.f;
-  }
-  v.u = s | (m << 13) | (e == 31 ? 0x7f800000u : (e + 112) << 23);
-  return v.f;
-}
 
 /* Codes 0..15 and 16..31 of a block as bytes -> the four i16x8 vectors (signed bytes). */
 INLINE void widen_signed(Block* k, v128_t lo, v128_t hi) {
@@ -92,8 +83,34 @@ INLINE void decode_q5(const uint8_t* row, int b, int with_min, Block* k) {
     hi = wasm_i8x16_sub(hi, wasm_i8x16_splat(16));
   }
   widen_signed(k, lo, hi);  /* codes 0..31 or -16..15 fit signed bytes */
-  k->scale[0] = half(blk);
-  k->min[0] = with_min ? half(blk + 2) : 0.0f;
+  k->d = load_u16(blk);
+  k->sc[0] = 1;
+  k->dmin = with_min ? load_u16(blk + 2) : 0;
+  k->mn[0] = 1;
+}
+
+/* Q4_0 / Q4_1 block b: low nibbles are columns 0..15, high nibbles 16..31. */
+INLINE void decode_q4(const uint8_t* row, int b, int with_min, Block* k) {
+  const uint8_t* blk = row + b * (with_min ? 20 : 18);
+  v128_t v = wasm_v128_load(blk + (with_min ? 4 : 2));
+  v128_t lo = wasm_v128_and(v, wasm_u8x16_splat(15)), hi = wasm_u8x16_shr(v, 4);
+  if (!with_min) {
+    lo = wasm_i8x16_sub(lo, wasm_i8x16_splat(8));
+    hi = wasm_i8x16_sub(hi, wasm_i8x16_splat(8));
+  }
+  widen_signed(k, lo, hi);
+  k->d = load_u16(blk);
+  k->sc[0] = 1;
+  k->dmin = with_min ? load_u16(blk + 2) : 0;
+  k->mn[0] = 1;
+}
+
+/* Q8_0 block b: 32 signed bytes. */
+INLINE void decode_q8_0(const uint8_t* row, int b, Block* k) {
+  const uint8_t* blk = row + b * 34;
+  widen_signed(k, wasm_v128_load(blk + 2), wasm_v128_load(blk + 18));
+  k->d = load_u16(blk);
+  k->sc[0] = 1;
 }
 
 /* Q4_K / Q5_K scale and min j (0..7) from the 12 packed bytes (ggml's get_scale_min_k4). */
@@ -129,8 +146,10 @@ INLINE void decode_q45_k(const uint8_t* row, int b, int five, Block* k) {
   }
   widen_signed(k, lo, hi);  /* 0..31 */
   scale_min_k4(kb, sb + 4, &scale, &min);
-  k->scale[0] = half(sb) * (float)scale;
-  k->min[0] = half(sb + 2) * (float)min;
+  k->d = load_u16(sb);
+  k->dmin = load_u16(sb + 2);
+  k->sc[0] = scale;
+  k->mn[0] = min;
 }
 
 /* Q6_K block b: kb = 4n + g of superblock b / 8; low nibbles from ql + 64n + 32(g & 1) (high
@@ -152,10 +171,10 @@ INLINE void decode_q6_k(const uint8_t* row, int b, Block* k) {
   lo = wasm_v128_or(lo, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qh), 2 * g), three), 4));
   hi = wasm_v128_or(hi, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qh + 16), 2 * g), three), 4));
   widen_signed(k, wasm_i8x16_sub(lo, bias), wasm_i8x16_sub(hi, bias));  /* -32..31 */
-  float d = half(sb + 208);
   const int8_t* scales = (const int8_t*)(sb + 192) + 8 * n + 2 * g;
-  k->scale[0] = d * (float)scales[0];
-  k->scale[1] = d * (float)scales[1];
+  k->d = load_u16(sb + 208);
+  k->sc[0] = scales[0];
+  k->sc[1] = scales[1];
 }
 
 /* Q3_K's sixteen 6-bit scales (ggml's kmask unpacking), minus 32. */
@@ -180,22 +199,26 @@ INLINE void decode_q23_k(const uint8_t* row, int b, int three, Block* k) {
     /* q - 4 + 4 * hbit */
     lo = wasm_i8x16_sub(wasm_v128_or(lo, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(sb), bit), one), 2)), four);
     hi = wasm_i8x16_sub(wasm_v128_or(hi, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(sb + 16), bit), one), 2)), four);
-    float d = half(sb + 108);
-    k->scale[0] = d * (float)q3_scale(sb + 96, 2 * kb);
-    k->scale[1] = d * (float)q3_scale(sb + 96, 2 * kb + 1);
+    k->d = load_u16(sb + 108);
+    k->sc[0] = q3_scale(sb + 96, 2 * kb);
+    k->sc[1] = q3_scale(sb + 96, 2 * kb + 1);
   } else {
-    float d = half(sb + 80), dmin = half(sb + 82);
     int s0 = sb[2 * kb], s1 = sb[2 * kb + 1];
-    k->scale[0] = d * (float)(s0 & 15);
-    k->scale[1] = d * (float)(s1 & 15);
-    k->min[0] = dmin * (float)(s0 >> 4);
-    k->min[1] = dmin * (float)(s1 >> 4);
+    k->d = load_u16(sb + 80);
+    k->dmin = load_u16(sb + 82);
+    k->sc[0] = s0 & 15;
+    k->sc[1] = s1 & 15;
+    k->mn[0] = s0 >> 4;
+    k->mn[1] = s1 >> 4;
   }
   widen_signed(k, lo, hi);
 }
 
 INLINE void decode(int kind, const uint8_t* row, int b, Block* k) {
   switch (kind) {
+    case Q4_0: decode_q4(row, b, 0, k); break;
+    case Q4_1: decode_q4(row, b, 1, k); break;
+    case Q8_0: decode_q8_0(row, b, k); break;
     case Q5_0: decode_q5(row, b, 0, k); break;
     case Q5_1: decode_q5(row, b, 1, k); break;
     case Q2_K: decode_q23_k(row, b, 0, k); break;
@@ -206,24 +229,60 @@ INLINE void decode(int kind, const uint8_t* row, int b, Block* k) {
   }
 }
 
-/* Exact integer dots of codes c[from..from+count) with xh and xl -> s (float32, as above). */
-INLINE float block_sum(const v128_t* c, const int16_t* xh, int from, int count) {
-  v128_t ih = wasm_i32x4_dot_i16x8(c[from], wasm_v128_load(xh + 8 * from));
-  v128_t il = wasm_i32x4_dot_i16x8(c[from], wasm_v128_load(xh + 32 + 8 * from));
-  for (int i = from + 1; i < from + count; i++) {
-    ih = wasm_i32x4_add(ih, wasm_i32x4_dot_i16x8(c[i], wasm_v128_load(xh + 8 * i)));
-    il = wasm_i32x4_add(il, wasm_i32x4_dot_i16x8(c[i], wasm_v128_load(xh + 32 + 8 * i)));
+/* Four rows' i32x4 partial sums -> one vector whose lane r is row r's total (exact). */
+INLINE v128_t reduce4(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
+  v128_t a = wasm_i32x4_add(wasm_i32x4_shuffle(a0, a1, 0, 4, 1, 5), wasm_i32x4_shuffle(a0, a1, 2, 6, 3, 7));
+  v128_t b = wasm_i32x4_add(wasm_i32x4_shuffle(a2, a3, 0, 4, 1, 5), wasm_i32x4_shuffle(a2, a3, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 1, 4, 5), wasm_i32x4_shuffle(a, b, 2, 3, 6, 7));
+}
+
+/* Four rows' codes c[from..from+count) against xh and xl: s per row (lane), float32:
+ * f32(sum q*xh) + f32(sum q*xl) * 2^-15, the integer sums exact. */
+INLINE v128_t block_sums(const Block* k, const int16_t* xh, int from, int count) {
+  v128_t ih[4], il[4];
+#pragma clang loop unroll(full)
+  for (int r = 0; r < 4; r++) ih[r] = il[r] = wasm_i32x4_splat(0);
+#pragma clang loop unroll(full)
+  for (int i = from; i < from + count; i++) {
+    v128_t h = wasm_v128_load(xh + 8 * i), l = wasm_v128_load(xh + 32 + 8 * i);
+#pragma clang loop unroll(full)
+    for (int r = 0; r < 4; r++) {
+      ih[r] = wasm_i32x4_add(ih[r], wasm_i32x4_dot_i16x8(k[r].c[i], h));
+      il[r] = wasm_i32x4_add(il[r], wasm_i32x4_dot_i16x8(k[r].c[i], l));
+    }
   }
-  v128_t pairs = wasm_i32x4_add(wasm_i32x4_shuffle(ih, il, 0, 1, 4, 5),
-                                wasm_i32x4_shuffle(ih, il, 2, 3, 6, 7));
-  int32_t h = wasm_i32x4_extract_lane(pairs, 0) + wasm_i32x4_extract_lane(pairs, 1);
-  int32_t l = wasm_i32x4_extract_lane(pairs, 2) + wasm_i32x4_extract_lane(pairs, 3);
-  return (float)h + (float)l * 0x1p-15f;
+  v128_t high = wasm_f32x4_convert_i32x4(reduce4(ih[0], ih[1], ih[2], ih[3]));
+  v128_t low = wasm_f32x4_convert_i32x4(reduce4(il[0], il[1], il[2], il[3]));
+  return wasm_f32x4_add(high, wasm_f32x4_mul(low, wasm_f32x4_splat(0x1p-15f)));
+}
+
+/* Four IEEE half bit patterns (one per i32 lane) -> float32, exactly: the bits moved into a
+ * float32's place read as 2^-112 times the value (subnormals included), so one exact
+ * multiplication by 2^112 rescales; exponent 31 (infinities, NaN payloads) is set apart. */
+INLINE v128_t halves(v128_t h) {
+  v128_t magnitude = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7fff)), 13);
+  v128_t value = wasm_f32x4_mul(magnitude, wasm_f32x4_splat(0x1p112f));
+  v128_t special = wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7c00)), wasm_i32x4_splat(0x7c00));
+  value = wasm_v128_bitselect(wasm_v128_or(magnitude, wasm_i32x4_splat(0x7f800000)), value, special);
+  return wasm_v128_or(value, wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16));
+}
+
+/* Four rows' scale (field 0) or min (field 1) of sub-block h, one lane per row. */
+INLINE v128_t lanes(const Block* k, int field, int h) {
+  if (field) {
+    return wasm_f32x4_mul(halves(wasm_i32x4_make(k[0].dmin, k[1].dmin, k[2].dmin, k[3].dmin)),
+                          wasm_f32x4_convert_i32x4(wasm_i32x4_make(k[0].mn[h], k[1].mn[h], k[2].mn[h], k[3].mn[h])));
+  }
+  return wasm_f32x4_mul(halves(wasm_i32x4_make(k[0].d, k[1].d, k[2].d, k[3].d)),
+                        wasm_f32x4_convert_i32x4(wasm_i32x4_make(k[0].sc[h], k[1].sc[h], k[2].sc[h], k[3].sc[h])));
 }
 
 /* Bytes of one row of `cols` columns, per kind. */
 INLINE int row_bytes(int kind, int nb) {
   switch (kind) {
+    case Q4_0: return nb * 18;
+    case Q4_1: return nb * 20;
+    case Q8_0: return nb * 34;
     case Q5_0: return nb * 22;
     case Q5_1: return nb * 24;
     case Q2_K: return (nb >> 3) * 84;
@@ -234,52 +293,74 @@ INLINE int row_bytes(int kind, int nb) {
   }
 }
 
-/* One kind's rows [first, last): `acc` and `macc` are [T] float32 scratch. */
+/* One kind's rows [first, last), four at a time (a short last group repeats its last row
+ * and stores only its own): `acc` and `macc` are [T] f32x4 scratch, one lane per row. */
 INLINE void rows_of(int kind, const uint8_t* w, const int16_t* xq, const float* sc,
-                    const float* s16, float* y, float* acc, float* macc, int rows, int nb,
+                    const float* s16, float* y, v128_t* acc, v128_t* macc, int rows, int nb,
                     int T, int first, int last) {
   int sixteen = kind == Q2_K || kind == Q3_K || kind == Q6_K;
-  int mins = kind == Q5_1 || kind == Q2_K || kind == Q4_K || kind == Q5_K;
+  int offset = kind == Q4_1 || kind == Q5_1;  /* w = d q + m */
+  int mins = offset || kind == Q2_K || kind == Q4_K || kind == Q5_K;
   int stride = row_bytes(kind, nb);
-  Block k;
-  for (int r = first; r < last; r++) {
-    const uint8_t* row = w + (uint32_t)r * (uint32_t)stride;
-    for (int t = 0; t < T; t++) acc[t] = macc[t] = 0.0f;
+  Block k[4];
+  const uint8_t* row[4];
+  for (int r = first; r < last; r += 4) {
+#pragma clang loop unroll(full)
+    for (int i = 0; i < 4; i++) {
+      int at = r + i < last ? r + i : last - 1;
+      row[i] = w + (uint32_t)at * (uint32_t)stride;
+    }
+    for (int t = 0; t < T; t++) acc[t] = macc[t] = wasm_f32x4_splat(0.0f);
     for (int b = 0; b < nb; b++) {
-      decode(kind, row, b, &k);
+#pragma clang loop unroll(full)
+      for (int i = 0; i < 4; i++) decode(kind, row[i], b, &k[i]);
+      v128_t scale0 = lanes(k, 0, 0);
+      v128_t scale1 = sixteen ? lanes(k, 0, 1) : scale0;
+      v128_t min0 = mins ? lanes(k, 1, 0) : scale0;
+      v128_t min1 = mins && sixteen ? lanes(k, 1, 1) : scale0;
       for (int t = 0; t < T; t++) {
         int at = t * nb + b;
         const int16_t* xh = xq + 64 * at;
-        float dx = sc[2 * at];
+        v128_t dx = wasm_f32x4_splat(sc[2 * at]);
         if (sixteen) {
-          acc[t] = acc[t] + block_sum(k.c, xh, 0, 2) * (k.scale[0] * dx);
-          acc[t] = acc[t] + block_sum(k.c, xh, 2, 2) * (k.scale[1] * dx);
+          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(block_sums(k, xh, 0, 2), wasm_f32x4_mul(scale0, dx)));
+          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(block_sums(k, xh, 2, 2), wasm_f32x4_mul(scale1, dx)));
           if (mins) {
-            macc[t] = macc[t] + k.min[0] * s16[2 * at];
-            macc[t] = macc[t] + k.min[1] * s16[2 * at + 1];
+            macc[t] = wasm_f32x4_add(macc[t], wasm_f32x4_mul(min0, wasm_f32x4_splat(s16[2 * at])));
+            macc[t] = wasm_f32x4_add(macc[t], wasm_f32x4_mul(min1, wasm_f32x4_splat(s16[2 * at + 1])));
           }
         } else {
-          acc[t] = acc[t] + block_sum(k.c, xh, 0, 4) * (k.scale[0] * dx);
-          if (mins) macc[t] = macc[t] + k.min[0] * sc[2 * at + 1];
+          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(block_sums(k, xh, 0, 4), wasm_f32x4_mul(scale0, dx)));
+          if (mins) macc[t] = wasm_f32x4_add(macc[t], wasm_f32x4_mul(min0, wasm_f32x4_splat(sc[2 * at + 1])));
         }
       }
     }
     for (int t = 0; t < T; t++) {
-      float out = acc[t];
-      if (kind == Q5_1) out = acc[t] + macc[t];
-      else if (mins) out = acc[t] - macc[t];
-      y[t * rows + r] = out;
+      v128_t out = acc[t];
+      if (offset) out = wasm_f32x4_add(acc[t], macc[t]);
+      else if (mins) out = wasm_f32x4_sub(acc[t], macc[t]);
+      float* dst = y + t * rows + r;
+      if (r + 4 <= last) {
+        wasm_v128_store(dst, out);
+      } else {  /* 1 to 3 rows left */
+        dst[0] = wasm_f32x4_extract_lane(out, 0);
+        if (r + 1 < last) dst[1] = wasm_f32x4_extract_lane(out, 1);
+        if (r + 2 < last) dst[2] = wasm_f32x4_extract_lane(out, 2);
+      }
     }
   }
 }
 
 /* Weight `w` (GGUF blocks [rows, cols]) times the split x (xq [T, nb, 64] int16 and
  * sc [T, nb, 2] from matmul_q's quantize_x; s16 [T, 2 nb] from sums16 for Q2_K, else unused)
- * -> y [T, rows], rows [first, last) only (a thread's share). */
+ * -> y [T, rows], rows [first, last) only (a thread's share); acc, macc: [T] x 16 bytes. */
 EXPORT("matmul_k")
 void matmul_k(int kind, const uint8_t* w, const int16_t* xq, const float* sc, const float* s16,
-              float* y, float* acc, float* macc, int rows, int nb, int T, int first, int last) {
+              float* y, v128_t* acc, v128_t* macc, int rows, int nb, int T, int first, int last) {
   switch (kind) {  /* one specialized loop per kind */
+    case Q4_0: rows_of(Q4_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
+    case Q4_1: rows_of(Q4_1, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
+    case Q8_0: rows_of(Q8_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
     case Q5_0: rows_of(Q5_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
     case Q5_1: rows_of(Q5_1, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
     case Q2_K: rows_of(Q2_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
@@ -303,6 +384,6 @@ void sums16(const float* x, int n16, int T, float* out) {
 /* Bytes of a `rows` x (32 nb) weight of `kind` (0 for an unknown kind). */
 EXPORT("weight_bytes")
 int weight_bytes(int kind, int rows, int nb) {
-  if (kind < Q5_0 || kind > Q6_K) return 0;
+  if (kind < Q4_1 || kind > Q4_0) return 0;
   return rows * row_bytes(kind, nb);
 }
