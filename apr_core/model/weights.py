@@ -90,6 +90,10 @@ class Linear:
         if dense:
             self.weight = np.ascontiguousarray(dequantize(data, dtype, self.shape),
                                                np.float32)          # [out, in]
+        elif getattr(data, "resident", False):
+            # blocks a kernel backend holds in its own memory (the browser shell's): only
+            # that backend's matmul and `rows(ids, row_bytes)` reach them
+            self.data = data
         else:
             self.data = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) \
                 else data.view(np.uint8).reshape(-1)
@@ -133,7 +137,10 @@ class Linear:
             return self.weight[ids]
         out_dim, in_dim = self.shape
         row_bytes = self.dtype.nbytes((in_dim,))
-        picked = self.data.reshape(out_dim, row_bytes)[ids]          # [n, row_bytes]
+        if getattr(self.data, "resident", False):
+            picked = self.data.rows(ids, row_bytes)                  # [n, row_bytes]
+        else:
+            picked = self.data.reshape(out_dim, row_bytes)[ids]      # [n, row_bytes]
         return dequantize(picked, self.dtype, (ids.size, in_dim))     # [n, in]
 
     def __repr__(self) -> str:

@@ -120,6 +120,9 @@ def forget(url: str) -> str:
         _state.pop("model", None)   # the worker's kernels stay chosen
         _state.pop("engine", None)
         _state.pop("url", None)
+        release = _state.get("release_kernels")
+        if release is not None:
+            release()   # the weights placed in the kernels' memory go with it
     return json.dumps({"forgotten": model is not None})
 
 

@@ -4,19 +4,19 @@
 Pyodide's numpy has neither BLAS nor SIMD (a float32 matvec runs near 1.4 GFLOP/s), and
 every numpy call costs tens of microseconds however small its array. So:
 
-* "matmul" / "matmul_group" (`WasmMatmul`): Q4_1 and Q8_0 weights (every projection and the
-  tied LM head of SmolLM2's GGUF) stay quantized: their GGUF blocks are uploaded once and
-  repacked by the kernel module (four rows interleaved, f16 scales widened to f32) in its
-  own WebAssembly memory, then streamed at about their stored size per token (98 MB
-  instead of 540 MB of float32). Every other type is dequantized once to float32
-  (`matmul_f32.wat`).
+* "matmul" / "matmul_group" (`WasmMatmul`): weights of every type in llama.cpp's common
+  recipes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K) stay quantized: their GGUF blocks sit
+  in the kernels' own WebAssembly memory as stored (placed there by apr_webplace straight from
+  the cache, or uploaded once) and are read in place (kernels/matmul_k.c), so a decode step
+  streams the file's size, not float32's. Other types (F16, BF16, IQ*) are dequantized once
+  to float32 (`matmul_f32.wat`).
 * The fused per-layer kinds of apr_core.model.fused (`WasmFused`: residual + RMSNorm,
   RoPE + KV store, decode attention, the SiLU gate) run as plain loops in the shell
   (kernels/fused.js), one call each instead of dozens of numpy calls per layer.
 * Calls pass only integers: x, y and the other arrays stay numpy arrays in Pyodide's memory,
   which the shell reads and writes by address.
 
-Accuracy of the quantized matmul (kernels/matmul_q.wat): each 32-column block of x is scaled
+Accuracy of the quantized matmul (kernels/quantize_x.wat, matmul_k.c): each 32-column block of x is scaled
 by dx = max|x| / 32767 and split into two int16 terms, x ~ dx * (xh + xl / 32768), that meet
 the weights' integer codes in `i32x4.dot_i16x8_s`. The integer dots are exact; what remains
 is the split's residual (< dx * 2^-16, about float32's own precision) and float32 rounding
@@ -33,13 +33,14 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 BACKEND = "wasm-simd"
 LANES = 16  # the f32 kernel sums 4 x 4 float32 lanes per step: columns a multiple of 16
-ROWS = 4    # the quantized kernels give four rows per SIMD lane group
+BLOCK = 32  # the quantized kernels split x in 32-column blocks
 KIND_F32 = 0
 
 
-# dtype name -> kind code of the shell's quantized kernels (simd_kernel.js, matmul_q.wat);
-# kind 0 is the float32 kernel. One entry per quantized kernel.
-QUANTIZED: Dict[str, int] = {"Q4_1": 1, "Q8_0": 2}
+# dtype name -> kind code of the shell's quantized kernels (simd_kernel.js, matmul_k.c);
+# kind 0 is the float32 kernel. One entry per GGUF block type the kernels read in place.
+QUANTIZED: Dict[str, int] = {"Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q5_1": 4, "Q2_K": 5, "Q3_K": 6,
+                             "Q4_K": 7, "Q5_K": 8, "Q6_K": 9, "Q4_0": 10}
 
 
 def _address(array: Any) -> int:
@@ -62,21 +63,29 @@ class WasmMatmul:
         # ids of the weights run together -> (plan id, rows of each, weakrefs to their data)
         self._plans: Dict[Tuple[int, ...], Tuple[int, List[int], List[Any]]] = {}
 
+    def forget(self) -> None:
+        """Drop every handle and plan (the kernels' memory was reset)."""
+        self._handles.clear()
+        self._plans.clear()
+
     def handles(self, data: Any, dtype: Any, shape: Tuple[int, int]) -> List[int]:
         """`[kind, handle, rows]` of a weight, uploaded on first use."""
         import numpy as np
         from apr_core.quant.api import dequantize
+        if getattr(data, "resident", False) and self._quantized:   # placed by apr_webplace
+            return [QUANTIZED[dtype.name], int(data.handle), shape[0]]
         entry = self._handles.get(id(data))
         if entry is not None and entry[0]() is data:
             return entry[1]
         kind = QUANTIZED.get(dtype.name, KIND_F32) if self._quantized else KIND_F32
-        if kind != KIND_F32 and shape[0] % ROWS == 0:
-            # the GGUF blocks as stored; the shell repacks them into its kernel's layout
+        if kind != KIND_F32 and shape[1] % BLOCK == 0:
+            # the GGUF blocks as stored, read in place by the kernel
             blocks = np.ascontiguousarray(data).view(np.uint8)
-            handle = self._kernel.uploadBlocks(kind, _address(blocks), blocks.nbytes, shape[0],
-                                               shape[1])
+            handle = self._kernel.uploadBlocks(kind, _address(blocks), blocks.nbytes)
         else:
             kind = KIND_F32
+            if getattr(data, "resident", False):   # a float32 copy of placed blocks (checks)
+                data = data.all_bytes(dtype.nbytes((shape[1],)))
             weight = np.ascontiguousarray(dequantize(data, dtype, shape), np.float32)  # [out, in]
             handle = self._kernel.upload(_address(weight), weight.nbytes)
         self._handles[id(data)] = (weakref.ref(data), [kind, int(handle), shape[0]])
@@ -84,7 +93,7 @@ class WasmMatmul:
 
     def usable(self, dtype: Any, shape: Tuple[int, int]) -> bool:
         """Whether a weight runs here (else numpy's kernel takes it)."""
-        if self._quantized and dtype.name in QUANTIZED and shape[0] % ROWS == 0:
+        if self._quantized and dtype.name in QUANTIZED and shape[1] % BLOCK == 0:
             return True
         return shape[1] % LANES == 0
 
@@ -228,6 +237,8 @@ def register_simd_matmul(quantized: bool = True) -> bool:
         _register_fused(WasmFused(kernel, matmul))
     from apr_websource import _state
     _state["kernels"] = registry.Kernels(BACKEND)
+    _state["placement"] = quantized   # weights placed straight into the kernels' memory
+    _state["release_kernels"] = lambda: (kernel.reset(), matmul.forget())
     return True
 
 

@@ -12,9 +12,19 @@ from typing import Any, Dict, List, Optional
 
 import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
 
-from apr_websource import _error, _models, _open, _state
+from apr_websource import _error, _models, _open, _state, drive
 
 BROWSER_KV_BYTES = 256 << 20     # the KV block pool of the engine's scheduler in a tab
+
+
+def _release_kernel_memory() -> None:
+    """Drop the previous model's weights from the kernels' memory (a fresh memory: a
+    WebAssembly memory cannot shrink) and the handles that pointed into it."""
+    release = _state.get("release_kernels")
+    _state.pop("engine", None)
+    _state.pop("model", None)
+    if release is not None:
+        release()
 
 
 async def load(url: str, dequantize: Optional[bool] = None,
@@ -29,8 +39,6 @@ async def load(url: str, dequantize: Optional[bool] = None,
     """
     try:
         model = await _open(url, options)  # first: download and verification errors come before numpy's
-        for source in model.remote_sources:
-            await source.fill_all()  # one read per file: the loader then never waits
         try:
             from apr_core.runtime.engine import Engine, EngineOptions
             from apr_core.runtime.text_model import TextModel
@@ -41,13 +49,22 @@ async def load(url: str, dequantize: Optional[bool] = None,
         kernels = _state.get("kernels") or registry.NUMPY   # apr_webkernel's, if registered
         if dequantize is None:
             dequantize = kernels.backend == registry.REFERENCE
+        _release_kernel_memory()   # one model's weights at a time in the kernels' memory
+        source_model = model
+        if _state.get("placement") and not dequantize:
+            from apr_webplace import PlacedModel, place_weights
+            source_model = PlacedModel(model, await place_weights(model, js.aprSimd))
+        else:
+            for source in model.remote_sources:
+                await source.fill_all()  # one read per file: the loader then never waits
         # THE engine object, over the bytes this worker fetched (its kernels, no mmap here)
         # one sequence at a time in a tab; its KV blocks (speculative decoding runs on the
         # engine's scheduler) within BROWSER_KV_BYTES, allocated on first use
-        engine = Engine(TextModel.from_model_file(model, dequantize_at_load=bool(dequantize),
-                                                  kernels=kernels),
+        engine = Engine(await drive(lambda: TextModel.from_model_file(
+                            source_model, dequantize_at_load=bool(dequantize), kernels=kernels)),
                         EngineOptions(max_batch=1, kv_memory=BROWSER_KV_BYTES), path=url)
         _state["engine"], _state["model"], _state["url"] = engine, engine.model, url
+        _state["source_model"] = source_model
         cfg = engine.transformer.config
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
                            "kernels": engine.backend,
@@ -153,14 +170,21 @@ def profile_decode(ids_json: str, count: int, top: int = 12) -> str:
 
 
 def dequant_digests() -> str:
-    """sha256 of every tensor of the loaded model dequantized to little-endian float32."""
+    """sha256 of every tensor of the loaded model dequantized to little-endian float32 (the
+    placed weights read back from the kernels' memory, where the model runs from)."""
     import numpy as np
-    from apr_core.quant.api import dequantize_raw
+    from apr_core.quant.api import dequantize
     try:
-        model = _models[_state["url"]]
+        model = _state["source_model"]
+
+        def values(name: str) -> Any:
+            raw = model.read_raw(name)
+            data = raw.data
+            if getattr(data, "resident", False):
+                data = data.all_bytes(raw.dtype.nbytes((raw.shape[-1],)))
+            return dequantize(data, raw.dtype, raw.shape)
         return json.dumps({name: hashlib.sha256(np.ascontiguousarray(
-            dequantize_raw(model.read_raw(name)), dtype="<f4").tobytes()).hexdigest()
-            for name in model.tensors})
+            values(name), dtype="<f4").tobytes()).hexdigest() for name in model.tensors})
     except Exception as exc:
         return _error(exc)
 

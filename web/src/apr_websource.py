@@ -57,11 +57,27 @@ class RemoteSource(SparseSource):
     """A byte source filled on demand by an async `fetch(offset, length)`."""
 
     def __init__(self, size: int, name: str, fetch: Callable[[int, int], Any],
-                 fetch_all: Optional[Callable[[], Any]] = None) -> None:
+                 fetch_all: Optional[Callable[[], Any]] = None,
+                 fetch_js: Optional[Callable[[int, int], Any]] = None) -> None:
         super().__init__(size, name)
         self._fetch = fetch
         self._fetch_all = fetch_all or (lambda: fetch(0, size))
+        self._fetch_js = fetch_js
         self._chunk = MIN_FETCH
+
+    async def read_js(self, offset: int, length: int) -> Any:
+        """`length` bytes at `offset` as a JS Uint8Array, not kept here (for the kernels'
+        memory: straight from the cache when the source can, else through one Python copy)."""
+        if self._fetch_js is not None:
+            return await self._fetch_js(offset, length)
+        return _to_js(await self._fetch(offset, length))
+
+    async def fill_exact(self, offset: int, length: int) -> None:
+        """Hold exactly the range `[offset, offset + length)` (unless it is held already)."""
+        try:
+            self.read(offset, length)
+        except NeedBytes:
+            self.add(offset, await self._fetch(offset, length))
 
     def _read(self, offset: int, length: int) -> bytes:
         try:
@@ -115,7 +131,7 @@ class CachedFileSource(RemoteSource):
     a shard manifest, which is re-read on every open to notice a new model version)."""
 
     def __init__(self, url: str, size: int, validator: str) -> None:
-        super().__init__(size, url, self._fetch_range, self._fetch_whole)
+        super().__init__(size, url, self._fetch_range, self._fetch_whole, self._fetch_range_js)
         self.url = url
         self.key = hashlib.sha256("\n".join(("file", url, str(size), validator)).encode()
                                   ).hexdigest()
@@ -131,10 +147,19 @@ class CachedFileSource(RemoteSource):
             self._cached = bool(await js.aprHost.ensureShard(probe))
         return self._cached
 
-    async def _fetch_range(self, offset: int, length: int) -> bytes:
+    async def ensure_cached(self) -> None:
+        """Download the whole file into the cache now (before many range reads)."""
+        if not await self._in_cache():
+            await js.aprHost.ensureShard(json.dumps(self.spec))
+            self._cached = True
+
+    async def _fetch_range_js(self, offset: int, length: int) -> Any:
         if await self._in_cache():
-            return _bytes(await js.aprHost.readShard(self.key, offset, length))
-        return _bytes(await js.aprHost.fetchRange(self.url, offset, length))
+            return await js.aprHost.readShard(self.key, offset, length)
+        return await js.aprHost.fetchRange(self.url, offset, length)
+
+    async def _fetch_range(self, offset: int, length: int) -> bytes:
+        return _bytes(await self._fetch_range_js(offset, length))
 
     async def _fetch_whole(self) -> bytes:
         if not self.cache_whole and not await self._in_cache():
@@ -170,9 +195,12 @@ class HubFileSource(CachedFileSource):
             await js.aprHost.ensureShard(json.dumps(self.spec))
             self._cached = True
 
-    async def _fetch_range(self, offset: int, length: int) -> bytes:
+    async def ensure_cached(self) -> None:
         await self._ensure()
-        return _bytes(await js.aprHost.readShard(self.key, offset, length))
+
+    async def _fetch_range_js(self, offset: int, length: int) -> Any:
+        await self._ensure()
+        return await js.aprHost.readShard(self.key, offset, length)
 
     async def _fetch_whole(self) -> bytes:
         await self._ensure()

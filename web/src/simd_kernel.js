@@ -1,54 +1,71 @@
 /**
  * The shell's WebAssembly SIMD kernels, which apr_core reaches through its kernel registry
  * (apr_webkernel.py registers them as backend "wasm-simd"):
- *  - kernels/matmul_f32.wat: a float32 matmul over weights dequantized once at upload;
- *  - kernels/matmul_q.wat: Q4_1 and Q8_0 matmuls over repacked GGUF blocks, which share the
- *    f32 module's memory.
- * Weights are uploaded once into that memory; each call copies `x` in and `y` out of the
- * Python runtime's memory by address.
+ *  - kernels/matmul_k.c: matmuls straight over GGUF blocks as stored (Q4_0, Q4_1, Q5_0, Q5_1,
+ *    Q8_0, Q2_K ... Q6_K), so a weight is held once, at its file size;
+ *  - kernels/quantize_x.wat: the activation split those kernels read (quantize_x);
+ *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once), and
+ *    the memory all three share.
+ * Weights are placed in that memory once (apr_webplace streams a model's blocks there
+ * straight from the cache or the network); each call copies `x` in and `y` out of the Python
+ * runtime's memory by address. `reset()` drops the memory (a forgotten model's weights).
  */
 import { wasmBase64 as f32Base64 } from "./kernels/matmul_f32.wasm.js";
-import { wasmBase64 as quantBase64 } from "./kernels/matmul_q.wasm.js";
+import { wasmBase64 as quantBase64 } from "./kernels/quantize_x.wasm.js";
+import { wasmBase64 as blockBase64 } from "./kernels/matmul_k.wasm.js";
 import { attention, rmsNormAdd, ropeStore, siluMul } from "./kernels/fused.js";
 
 const PAGE = 65536;
+/** What one wasm32 memory can hold: the kernels' weights and scratch together. */
+export const MEMORY_LIMIT = 65536 * PAGE;
 const align = (n) => (n + 15) & ~15;
 const decode = (base64) => Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
-/** Kind codes of apr_webkernel.QUANTIZED (0: float32); quantized weights hold 32-column blocks. */
+/** Kind codes of apr_webkernel.QUANTIZED (0: float32); 5 is Q2_K, whose mins need sums16. */
 const KIND_F32 = 0;
-/** Bytes of a kernel record (four rows of one 32-column block) per quantized kind. */
-const RECORD_BYTES = { 1: 96, 2: 144 };
+const KIND_Q2_K = 5;
 
 export class SimdMatmul {
   /**
-   * Compile and instantiate the kernels; rejects where WebAssembly SIMD is unavailable.
+   * Compile the kernels; rejects where WebAssembly SIMD is unavailable.
    * `heap()` returns a Uint8Array over the Python runtime's memory (re-read on every call:
    * it is replaced when that memory grows); weights, `x` and `y` are passed by address in it.
    */
   static async create(heap) {
-    const f32 = (await WebAssembly.instantiate(decode(f32Base64))).instance;
-    const quant = (await WebAssembly.instantiate(decode(quantBase64),
-      { env: { memory: f32.exports.memory } })).instance;
-    return new SimdMatmul(f32, quant, heap);
+    const modules = await Promise.all(
+      [f32Base64, quantBase64, blockBase64].map((b) => WebAssembly.compile(decode(b))));
+    return new SimdMatmul(modules, heap);
   }
 
-  constructor(f32, quant, heap) {
-    this.memory = f32.exports.memory;
+  constructor(modules, heap) {
+    this.modules = modules;
     this.heap = heap;
-    // kind -> kernel(w, xq, sc, y, groups, nb, T); kind 0 is the f32 kernel
-    this.kernels = { 1: quant.exports.q4_1, 2: quant.exports.q8_0 };
+    this.reset();
+  }
+
+  /** Fresh instances over a fresh memory: every weight, plan and scratch area is dropped. */
+  reset() {
+    const [f32Module, quantModule, blockModule] = this.modules;
+    const f32 = new WebAssembly.Instance(f32Module, {});
+    const env = { env: { memory: f32.exports.memory } };
+    const quant = new WebAssembly.Instance(quantModule, env);
+    const blocks = new WebAssembly.Instance(blockModule, env);
+    this.memory = f32.exports.memory;
     this.f32 = f32.exports.matmul;
     this.quantizeX = quant.exports.quantize_x;
-    this.pack = quant.exports.pack;
-    this.staging = { at: 0, size: 0 };
+    this.blocks = blocks.exports.matmul_k;
+    this.sums16 = blocks.exports.sums16;
     this.plans = [];
-    this.top = PAGE;          // bump allocator; page 0 stays unused
+    this.top = PAGE;          // bump allocator; page 0 stays unused (the C kernels' stack)
     this.scratch = { at: 0, size: 0 };
   }
+
+  /** Bytes the kernels' memory holds now (weights and scratch). */
+  bytesHeld() { return this.memory.buffer.byteLength; }
 
   _alloc(bytes) {
     const at = align(this.top);
     const end = at + bytes;
+    if (end > MEMORY_LIMIT) throw new RangeError(`kernel memory full: ${end} > ${MEMORY_LIMIT} bytes`);
     if (end > this.memory.buffer.byteLength) {
       this.memory.grow(Math.ceil((end - this.memory.buffer.byteLength) / PAGE));
     }
@@ -56,27 +73,34 @@ export class SimdMatmul {
     return at;
   }
 
+  /** Room for `bytes` of weight data; returns its address (its handle). */
+  reserve(bytes) { return this._alloc(bytes); }
+
+  /** Copy a Uint8Array (a range of a model file, straight from the cache or the network)
+   * to `at` in kernel memory. */
+  write(at, bytes) { new Uint8Array(this.memory.buffer).set(bytes, at); }
+
+  /** Rows `ids` (comma-separated) of the weight at `at`, `rowBytes` each, as one Uint8Array
+   * (an embedding lookup's blocks, decoded in Python). */
+  readRows(at, rowBytes, ids) {
+    const list = String(ids).split(",").map(Number);
+    const out = new Uint8Array(list.length * rowBytes);
+    const memory = new Uint8Array(this.memory.buffer);
+    list.forEach((id, i) => out.set(memory.subarray(at + id * rowBytes, at + (id + 1) * rowBytes), i * rowBytes));
+    return out;
+  }
+
   /** Copy a float32 weight `[rows, cols]` (`length` bytes at `address` in the Python heap)
    * into kernel memory; returns its handle. */
   upload(address, length) {
     const at = this._alloc(length);
-    new Uint8Array(this.memory.buffer, at, length)
-      .set(this.heap().subarray(address, address + length));
+    this.write(at, this.heap().subarray(address, address + length));
     return at;
   }
 
-  /** Upload a quantized weight `[rows, cols]` as its GGUF blocks (`length` bytes at
-   * `address` in the Python heap) and repack them into the kernel's records; returns the
-   * records' handle. The blocks pass through a staging area reused by every upload. */
-  uploadBlocks(kind, address, length, rows, cols) {
-    const nb = cols >> 5;
-    const at = this._alloc(RECORD_BYTES[kind] * (rows >> 2) * nb);
-    if (length > this.staging.size) this.staging = { at: this._alloc(length), size: length };
-    new Uint8Array(this.memory.buffer, this.staging.at, length)
-      .set(this.heap().subarray(address, address + length));
-    this.pack(kind, this.staging.at, at, rows, nb);
-    return at;
-  }
+  /** Copy a quantized weight's GGUF blocks (`length` bytes at `address` in the Python heap)
+   * into kernel memory as they are; returns their handle. */
+  uploadBlocks(kind, address, length) { return this.upload(address, length); }
 
   /** Register weights that share their input (q/k/v, gate/up, or one alone): JSON
    * `[[kind, handle, rows], ...]`. Returns the plan's id for `run`. */
@@ -94,21 +118,26 @@ export class SimdMatmul {
     const nb = cols >> 5;
     const xBytes = T * cols * 4;
     const xqBytes = quantized ? T * nb * 128 : 0;
-    const scBytes = quantized ? T * nb * 8 : 0;
+    const scBytes = quantized ? T * nb * 8 : 0;   // sc, then the same again for sums16
+    const accBytes = quantized ? T * 16 : 0;      // acc and macc: one f32x4 per token
     const yBytes = T * total * 4;
-    const need = align(xBytes) + xqBytes + scBytes + yBytes;
+    const need = align(xBytes) + xqBytes + 2 * scBytes + 2 * accBytes + yBytes;
     if (need > this.scratch.size) this.scratch = { at: this._alloc(need), size: need };
     const x = this.scratch.at;
     const xq = align(x + xBytes);
     const sc = xq + xqBytes;
-    const y = sc + scBytes;
+    const s16 = sc + scBytes;
+    const acc = s16 + scBytes;
+    const macc = acc + accBytes;
+    const y = macc + accBytes;
     new Uint8Array(this.memory.buffer, x, xBytes)
       .set(this.heap().subarray(xAddress, xAddress + xBytes));
     if (quantized) this.quantizeX(x, nb, T, xq, sc);
+    if (list.some(([kind]) => kind === KIND_Q2_K)) this.sums16(x, 2 * nb, T, s16);
     let at = y;
     for (const [kind, handle, rows] of list) {
       if (kind === KIND_F32) this.f32(handle, x, at, rows, cols, T);
-      else this.kernels[kind](handle, xq, sc, at, rows >> 2, nb, T);
+      else this.blocks(kind, handle, xq, sc, s16, at, acc, macc, rows, nb, T, 0, rows);
       at += T * rows * 4;
     }
     return { y, yBytes };

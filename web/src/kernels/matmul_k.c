@@ -3,9 +3,9 @@
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights. The weights are used in place (no
  * repacking, no float copy), so the kernel memory holds each tensor at its file size.
  *
- * Math: the same activation split as matmul_q.wat (apr_webkernel.py has the accuracy
+ * Math: the same activation split as quantize_x.wat (apr_webkernel.py has the accuracy
  * argument): every 32-column block b of x is scaled by dx = max|x| / 32767 and written as two
- * int16 terms xh, xl (quantize_x of matmul_q.wat), so the weights' integer codes q meet x in
+ * int16 terms xh, xl (quantize_x of quantize_x.wat), so the weights' integer codes q meet x in
  * exact `i32x4.dot_i16x8_s` sums. Per sub-block (32 columns, or 16 for the 16-column scales of
  * Q2_K, Q3_K and Q6_K), in float32 and in this order:
  *     s    = f32(sum q*xh) + f32(sum q*xl) * 2^-15
@@ -352,7 +352,7 @@ INLINE void rows_of(int kind, const uint8_t* w, const int16_t* xq, const float* 
 }
 
 /* Weight `w` (GGUF blocks [rows, cols]) times the split x (xq [T, nb, 64] int16 and
- * sc [T, nb, 2] from matmul_q's quantize_x; s16 [T, 2 nb] from sums16 for Q2_K, else unused)
+ * sc [T, nb, 2] from quantize_x's quantize_x; s16 [T, 2 nb] from sums16 for Q2_K, else unused)
  * -> y [T, rows], rows [first, last) only (a thread's share); acc, macc: [T] x 16 bytes. */
 EXPORT("matmul_k")
 void matmul_k(int kind, const uint8_t* w, const int16_t* xq, const float* sc, const float* s16,
