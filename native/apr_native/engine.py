@@ -10,8 +10,9 @@ the same backend with the same mmap loading.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
+from apr_core.quant.registry import Kernels
 from apr_core.runtime.engine import DEFAULT_KV_MEMORY, Engine, EngineOptions
 
 from . import backends
@@ -19,12 +20,17 @@ from .model_names import resolve_model
 
 
 def load_engine(name: str, options: Optional[EngineOptions] = None,
-         with_tokenizer: bool = True) -> Engine:
+         with_tokenizer: bool = True,
+         wrap_kernels: Optional[Callable[[Kernels], Kernels]] = None) -> Engine:
     """Resolve `name`, select the backend, open the file with mmap (unless
-    `options.mmap` is off) and load the engine (`Engine.open`)."""
+    `options.mmap` is off) and load the engine (`Engine.open`). `wrap_kernels(kernels)`
+    gives the kernels the model runs on instead of the selected ones (`apr profile`'s
+    timing view of them)."""
     options = options or EngineOptions()
     path = resolve_model(name)
     kernels = backends.select(options.backend)
+    if wrap_kernels is not None:
+        kernels = wrap_kernels(kernels)
     opener = None
     if options.mmap:
         from .mmap_source import open_mmap

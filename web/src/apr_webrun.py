@@ -51,8 +51,8 @@ async def load(url: str, dequantize: Optional[bool] = None,
             dequantize = kernels.backend == registry.REFERENCE
         _release_kernel_memory()   # one model's weights at a time in the kernels' memory
         source_model = model
-        if _state.get("placement") and not dequantize:
-            from apr_webplace import PlacedModel, place_weights
+        from apr_webplace import PlacedModel, place_weights, placeable
+        if _state.get("placement") and not dequantize and placeable(model):
             source_model = PlacedModel(model, await place_weights(model, js.aprSimd))
         else:
             for source in model.remote_sources:
