@@ -34,8 +34,9 @@ LAYERS = [
                 "apr_native.config"]),
     ("engine", ["apr_native.engine", "apr_native.structured"]),
     ("server", ["apr_native.server", "apr_native.web_bundle", "apr_native.web_server"]),
-    ("cli", ["apr_native.cli"]),
-    ("shell-source", ["apr_websource", "apr_webcrypto", "apr_webkernel", "apr_webhub"]),
+    ("cli", ["apr_native.cli", "apr_native.tui"]),   # the TUI is a CLI front end
+    ("shell-source", ["apr_websource", "apr_webcrypto", "apr_webkernel", "apr_webhub",
+                      "apr_webplace"]),
     ("shell-run", ["apr_webrun"]),
     ("shell", ["apr_web"]),
 ]

@@ -28,7 +28,8 @@ if sys.version_info < (3, 10):  # the Python 3.8 run covers apr_core only
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+                  "--disable-component-update", "--disable-sync", "--no-first-run",
+                  "--js-flags=--expose-gc"]  # memory tests collect a forgotten model now
 BOOT_TIMEOUT_MS = 180_000
 
 

@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Tuple
 from apr_core.errors import AprError, ErrorCode
 from apr_core.tensor import RawTensor
 
-CHUNK = 8 << 20                  # bytes per read while placing a weight
+CHUNK = 4 << 20                  # bytes per read while placing a weight: the shard cache's
+                                 # chunk size, reads aligned to it (each one chunk, no copy)
 MEMORY_LIMIT = 1 << 32           # one wasm32 memory (simd_kernel.js MEMORY_LIMIT)
 HEADROOM = 64 << 20              # the kernels' scratch (x, its split, outputs) beside weights
 
@@ -93,9 +94,11 @@ async def place_weights(model: Any, kernel: Any) -> Dict[str, ResidentBlocks]:
     placed: Dict[str, ResidentBlocks] = {}
     for name, offset, size in tensors:
         handle = int(kernel.reserve(size))
-        for start in range(0, size, CHUNK):
-            length = min(CHUNK, size - start)
-            kernel.write(handle + start, await source.read_js(offset + start, length))
+        start = offset
+        while start < offset + size:
+            end = min((start // CHUNK + 1) * CHUNK, offset + size)   # the next chunk boundary
+            kernel.write(handle + start - offset, await source.read_js(start, end - start))
+            start = end
         placed[name] = ResidentBlocks(kernel, handle, size)
     for name, info in model.tensors.items():   # the rest, each read once into Python
         if name not in placed:

@@ -52,8 +52,10 @@ async def load(url: str, dequantize: Optional[bool] = None,
         _release_kernel_memory()   # one model's weights at a time in the kernels' memory
         source_model = model
         from apr_webplace import PlacedModel, place_weights, placeable
+        placed: Dict[str, Any] = {}
         if _state.get("placement") and not dequantize and placeable(model):
-            source_model = PlacedModel(model, await place_weights(model, js.aprSimd))
+            placed = await place_weights(model, js.aprSimd)
+            source_model = PlacedModel(model, placed)
         else:
             for source in model.remote_sources:
                 await source.fill_all()  # one read per file: the loader then never waits
@@ -68,6 +70,8 @@ async def load(url: str, dequantize: Optional[bool] = None,
         cfg = engine.transformer.config
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
                            "kernels": engine.backend,
+                           "placed_bytes": sum(blocks.nbytes for blocks in placed.values()),
+                           "kv_bytes": BROWSER_KV_BYTES,
                            "vocab": cfg.n_vocab, "context": cfg.max_ctx,
                            "chat_template": bool(_state["model"].chat_template)})
     except Exception as exc:

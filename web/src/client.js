@@ -79,6 +79,10 @@ export class AprClient {
   dequantDigests() { return this.call("dequantDigests"); }
   /** Drop a model from the worker's memory (its shards stay in the IndexedDB cache). */
   forget(url) { return this.call("forget", absolute(url)); }
+  /** Bytes the worker's WebAssembly memories hold: `{kernels, python}`. */
+  memory() { return this.call("memory"); }
+  /** Collect garbage in the worker now (only where the browser exposes `gc`). */
+  collectGarbage() { return this.call("collectGarbage"); }
   /** Cached shards, cached models, and cache management. */
   cacheList() { return this.call("cacheList"); }
   cacheModels() { return this.call("cacheModels"); }

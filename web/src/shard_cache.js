@@ -219,7 +219,10 @@ export class ShardCache {
               await this._storeChunk(record, buffer);
               onProgress(record.stored, spec.size, false);
               if (record.stored < spec.size) {
-                buffer = new Uint8Array(Math.min(this.chunkSize, spec.size - record.stored));
+                // put() cloned the chunk: the buffer is reused (no garbage per chunk), but
+                // for a shorter last chunk
+                const next = Math.min(this.chunkSize, spec.size - record.stored);
+                if (next !== buffer.length) buffer = new Uint8Array(next);
                 fill = 0;
               }
             }
@@ -282,8 +285,13 @@ export class ShardCache {
   }
 
   async _assemble(sha256, offset, length, remember = true) {
-    const out = new Uint8Array(length);
     const size = this.chunkSize;
+    const first = Math.floor(offset / size);
+    if (length > 0 && Math.floor((offset + length - 1) / size) === first) {  // within one chunk: a view
+      const chunk = remember ? await this._chunk(sha256, first) : await this._chunkUncached(sha256, first);
+      return chunk.subarray(offset - first * size, offset - first * size + length);
+    }
+    const out = new Uint8Array(length);
     for (let index = Math.floor(offset / size); index * size < offset + length; index++) {
       const chunk = remember ? await this._chunk(sha256, index) : await this._chunkUncached(sha256, index);
       const from = Math.max(offset, index * size);
@@ -309,6 +317,8 @@ export class ShardCache {
     if (offset < 0 || length < 0 || offset + length > record.size) {
       throw new ShellError(codes.ARGUMENT, "read outside the cached shard", { offset, length, size: record.size });
     }
-    return this._assemble(sha256, offset, length);
+    // Small reads (a header, a tensor table) keep their chunks for the next adjacent read;
+    // bulk reads (weights placed in the kernels' memory) pass through without being kept.
+    return this._assemble(sha256, offset, length, length < this.chunkSize);
   }
 }

@@ -124,6 +124,19 @@ apr_web._sync = _sync
   dequantDigests: () => sync("dequant_digests"),
   profileDecode: (ids, count) => sync("profile_decode", JSON.stringify(ids), count),
   forget: (url) => sync("forget", url),
+  /** Bytes held by the worker's two WebAssembly memories: the kernels' (placed weights,
+   * scratch) and Python's (Pyodide's heap: tokenizer, KV cache, small tensors). */
+  memory() {
+    return { kernels: self.aprSimd ? self.aprSimd.bytesHeld() : 0,
+             python: runtime && runtime.py._module ? runtime.py._module.HEAPU8.length : 0 };
+  },
+  /** Run the garbage collector where the browser exposes it (tests: --js-flags=--expose-gc),
+   * so memory a forgotten model held is returned now; true when it ran. */
+  collectGarbage() {
+    if (typeof globalThis.gc !== "function") return false;
+    globalThis.gc();
+    return true;
+  },
   kernelCheck(fn, ...args) {  // wasm_tests/test_quant_kernel.py: apr_webkernel.kernel_check / fused_check
     if (fn !== "kernel_check" && fn !== "fused_check") throw new ShellError(codes.ARGUMENT, `unknown check ${fn}`);
     self.aprArgs = JSON.stringify(args);

@@ -1,0 +1,151 @@
+"""Real K-quant models in Chromium (Pyodide 0.17, the shell's block kernels): Qwen2.5-Coder-0.5B
+and Gemma-3-270M, both Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors), held at their stored size.
+
+* logits within LOGIT_TOLERANCE of native apr and GREEDY greedy tokens identical;
+* memory: the whole Chromium's RSS (every process Playwright started for this test session)
+  grows by at most 1.5x the file size plus the KV cache the engine may use while the model is
+  held, and `forget` gives it back (to within the file's size);
+* a model larger than the kernels' memory can hold is refused with E008 naming the sizes.
+"""
+import base64
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from wasm_shared import GREEDY, LOGIT_TOLERANCE, PROMPT, require
+
+pytestmark = [pytest.mark.native, pytest.mark.real_model]
+QUERY = "pyodide=017&numpy=1&kernels=simd"
+MODELS = {"qwen": "qwen2.5-coder-0.5b", "gemma": "gemma3-270m"}
+
+
+def _native_reference(path):
+    from apr_core.runtime.generate import generate_step
+    from apr_core.runtime.text_model import TextModel
+    model = TextModel.load(path)
+    ids = model.prompt_ids(PROMPT)
+    return {"ids": ids, "logits": model.transformer.forward(ids),
+            "greedy": list(generate_step(model.transformer, ids, max_tokens=GREEDY))}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def served_model(request, models_dir):
+    """(name in models_dir, local path, native reference) of one real K-quant GGUF."""
+    from apr_native.real_models import locate
+    from apr_core.errors import AprError
+    from conftest import cached
+    try:
+        path = str(locate(MODELS[request.param]))
+    except AprError as err:
+        require(False, "{} unavailable: {}".format(MODELS[request.param], err))
+    link = pathlib.Path(models_dir) / (request.param + ".gguf")
+    if not link.exists():
+        link.symlink_to(path)
+    native = cached("native-" + request.param, (os.path.getsize(path), PROMPT, GREEDY),
+                    lambda: _native_reference(path))
+    return link.name, path, native
+
+
+def chromium_rss():
+    """Resident bytes of every Chromium process under this test process (browser, zygote,
+    GPU, utility, renderer and worker processes; not Playwright's node driver)."""
+    import psutil
+    total = 0
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if child.name() != "node":
+                total += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+@pytest.fixture
+def profile_page(browser, site, tmp_path):
+    """A page in a Chromium profile kept on disk, as a user's is: IndexedDB on disk (a
+    Playwright context is off the record, and keeps IndexedDB, the model cache, in memory)."""
+    import shutil
+    from conftest import CHROMIUM_FLAGS, PageSession
+    sessions = []
+
+    class ProfileSession(PageSession):
+        def __init__(self, query):
+            self.site, self.query, self.log = site, query, []
+            self.context = browser.browser_type.launch_persistent_context(
+                str(tmp_path / "profile"), executable_path=shutil.which("chromium"),
+                args=CHROMIUM_FLAGS, viewport={"width": 1200, "height": 900})
+            self.page = self.context.pages[0] if self.context.pages else self.context.new_page()
+            self.open()
+
+    def factory(query):
+        sessions.append(ProfileSession(query))
+        return sessions[-1]
+    yield factory
+    for session in sessions:
+        session.close()
+
+
+def settled_rss(session):
+    """The browsers' RSS once the worker's garbage is collected (garbage is not held)."""
+    import time
+    session.call("() => apr.collectGarbage()")
+    time.sleep(8)
+    return chromium_rss()
+
+
+def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_model):
+    name, path, native = served_model
+    session = profile_page(QUERY)
+    before = settled_rss(session)
+    info = session.call("(url) => apr.load(url)", "models/" + name)
+    assert info["kernels"] == "wasm-simd", info
+    # every weight was placed in the kernels' memory, at its file size: nothing dequantized
+    assert info["placed_bytes"] > 0.9 * os.path.getsize(path), info
+
+    got = session.call("(ids) => apr.logits(ids)", native["ids"])
+    logits = np.frombuffer(base64.b64decode(got["f32"]), "<f4").reshape(got["shape"])
+    assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE
+    greedy = session.call("([ids, n]) => apr.greedy(ids, n)", [native["ids"], GREEDY])
+    assert greedy["tokens"] == native["greedy"]
+
+    held = settled_rss(session) - before
+    size = os.path.getsize(path)
+    assert held <= 1.5 * size + info["kv_bytes"], (held, size, info["kv_bytes"])
+
+    assert session.call("(url) => apr.forget(url)", "models/" + name)["forgotten"]
+    after = settled_rss(session) - before
+    assert after <= held - 0.8 * size, (held, after, size)
+
+
+def sparse_gguf(path, weight_bytes):
+    """A GGUF whose one Q8_0 weight is `weight_bytes` long, its data a hole in a sparse file:
+    the header is real, the bytes are never read if the model is refused first."""
+    import gguf
+    rows = weight_bytes // 34                                   # one 32-column block a row
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor_info("token_embd.weight", (rows, 34), np.dtype(np.uint8), rows * 34,
+                           raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    with open(path, "r+b") as handle:
+        handle.truncate(os.path.getsize(path) + rows * 34 + 64)
+
+
+def test_a_model_too_large_for_the_kernels_is_refused_up_front(open_page, models_dir, site):
+    """E008 naming both sizes, before a byte of the weights is read (a 5 GiB weight)."""
+    path = pathlib.Path(models_dir) / "too-large.gguf"
+    if not path.exists():
+        sparse_gguf(path, 5 << 30)
+    session = open_page(QUERY)
+    got = session.call("(url) => apr.load(url).then(() => null, (e) => ({message: e.message, "
+                       "detail: e.detail}))", "models/too-large.gguf")
+    assert got is not None and got["detail"]["code"] == "E008", got
+    assert int(got["detail"]["context"]["needed_bytes"]) == (5 << 30) // 34 * 34
+    assert int(got["detail"]["context"]["limit_bytes"]) == 1 << 32
+    assert site.bytes_sent("/models/too-large.gguf") < 1 << 20, "weights were read"
+
+
