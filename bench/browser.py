@@ -1,14 +1,19 @@
-"""Decode speed of SmolLM2-135M (Q4_1 GGUF) in Chromium: apr (Pyodide 0.17 + numpy, with the
-shell's WebAssembly SIMD kernels over the quantized blocks, with the older float32 SIMD kernel,
-and with numpy's own kernels) against
-wllama (llama.cpp compiled to WebAssembly, npm @wllama/wllama 3.x), with native apr alongside.
+"""apr against wllama in Chromium on real GGUF files: decode, prefill and memory.
 
-All run on the same GGUF in the same run, one thread each. apr with its default kernels and
-wllama are loaded side by side and decode alternately `--rounds` times; the best run of each
-counts (the machine is shared) and every run's rate is printed. Then the ratio apr/wllama
-and where apr's browser decode time goes (cProfile inside Pyodide).
+For each model (default: SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M, Gemma-3-270M Q4_K_M):
+* apr: the shell (Pyodide 0.17 + numpy) with its WebAssembly SIMD kernels over the GGUF
+  blocks as stored, on every core (`threads`: the page is cross-origin isolated);
+* wllama (llama.cpp compiled to WebAssembly, npm @wllama/wllama) at each thread count in
+  `--wllama-threads` (default 1 and every core); its best counts.
+All pages are loaded in one Chromium (cross-origin isolated, as `apr web` serves it) and run
+alternately `--rounds` times, so load from elsewhere on the machine falls on all alike; the
+best run of each counts, and every run is printed.
+* decode: tokens/s over `--tokens` greedy tokens after a short prompt;
+* prefill: tokens/s of the first forward pass over a >= 128-token prompt (bench/prompts);
+* memory: growth of the whole Chromium's RSS when the model is loaded (apr first, then each
+  wllama page), against the file's size.
 
-    .venv/bin/python bench/browser.py [--tokens 16] [--rounds 3] [--json]
+    .venv/bin/python bench/browser.py [--models demo,qwen2.5-coder-0.5b] [--rounds 3] [--json]
 
 Needs Debian's Chromium, Playwright (PyPI) and `bash scripts/setup_web.sh` (npm packages).
 """
@@ -30,71 +35,101 @@ from apr_native.web_bundle import prepare_site, site_mounts  # noqa: E402
 from apr_native.web_server import StaticServer  # noqa: E402
 
 PROMPT = "The capital of France is"
-# The shell's kernel choices (worker.js): quantized SIMD (default), float32 SIMD, numpy.
-KERNELS = ("simd", "simd-f32", "numpy")
+LONG_PROMPT = os.path.join(ROOT, "bench", "prompts", "code_edit.txt")
+MODELS = ("demo", "qwen2.5-coder-0.5b", "gemma3-270m")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         "--js-flags=--expose-gc"]
 # A page that runs wllama from the same origin (its wasm served from node_modules).
 WLLAMA_PAGE = """<!doctype html><meta charset="utf-8"><script type="module">
 import { Wllama } from "/vendor/wllama/index.js";
 let wllama = null;
-window.loadWllama = async (url) => {
+window.loadWllama = async (url, threads) => {
   wllama = new Wllama({ default: "/vendor/wllama/wasm/wllama.wasm" });
   const t0 = performance.now();
-  await wllama.loadModelFromUrl(url, { n_threads: 1, n_ctx: 512, n_gpu_layers: 0 });
+  await wllama.loadModelFromUrl(url, { n_threads: threads, n_ctx: 1024, n_gpu_layers: 0 });
   return { load_s: (performance.now() - t0) / 1000 };
 };
 window.runWllama = async (prompt, tokens) => {
+  await wllama.kvClear();   // no prompt cache: every run evaluates its whole prompt
   const stamps = [], t0 = performance.now();
   await wllama.createCompletion({ prompt, max_tokens: tokens, temperature: 0, ignore_eos: true,
     stream: true, onData: () => stamps.push(performance.now()) });
   const decode = (stamps[stamps.length - 1] - stamps[0]) / 1000;
   return { chunks: stamps.length, prefill_s: (stamps[0] - t0) / 1000,
-           decode_tok_s: (stamps.length - 1) / decode };
+           decode_tok_s: stamps.length > 1 ? (stamps.length - 1) / decode : null };
 };
 window.wllamaReady = true;
 </script>"""
 
 
-def native_apr(path: str, tokens: int) -> dict:
-    """apr on CPython with the kernel backend `apr run` would pick (numba when installed)."""
-    from apr_core.runtime.generate import generate_step
-    from apr_native.engine import load_engine
-    engine = load_engine(path)
-    model, backend = engine.model, engine.backend
-    ids = model.prompt_ids(PROMPT)
-    stamps = [time.perf_counter()]
-    for _ in generate_step(model.transformer, ids, max_tokens=tokens):
-        stamps.append(time.perf_counter())
-    return {"prefill_s": stamps[1] - stamps[0], "backend": backend,
-            "decode_tok_s": (len(stamps) - 2) / (stamps[-1] - stamps[1]), "ids": ids}
+def chromium_rss() -> int:
+    """Resident bytes of every Chromium process this script started."""
+    import psutil
+    total = 0
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if child.name() != "node":
+                total += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
-def best(runs: list) -> dict:
-    """The fastest of repeated runs (the least disturbed by other load on the machine),
-    with every run's rate kept under "rates"."""
-    top = dict(max(runs, key=lambda run: run["decode_tok_s"]))
-    top["rates"] = [run["decode_tok_s"] for run in runs]
-    return top
+def settle(pages) -> int:
+    """Collect garbage in every apr page's worker, then the browsers' RSS."""
+    for page in pages:
+        page.evaluate("apr.collectGarbage()")
+    time.sleep(3)
+    return chromium_rss()
 
 
-def open_apr(browser, server, kernels: str) -> tuple:
-    """A shell page with `kernels`, the model loaded: (page, load seconds, backend name)."""
+class Side:
+    """One contender's page: its runs, best of each kind, memory growth at load."""
+
+    def __init__(self, name: str, page, load_s: float, memory: int) -> None:
+        self.name, self.page, self.load_s, self.memory = name, page, load_s, memory
+        self.decode, self.prefill = [], []
+
+    def summary(self, prompt_tokens: int) -> dict:
+        return {"name": self.name, "load_s": self.load_s, "memory_bytes": self.memory,
+                "decode_tok_s": max(self.decode), "decode_runs": self.decode,
+                "prefill_tok_s": prompt_tokens / min(self.prefill),
+                "prefill_runs_s": self.prefill}
+
+
+def open_apr(browser, server, threads: int, pages: list) -> Side:
     page = browser.new_page()
-    page.set_default_timeout(900_000)
-    page.goto(server.url("/index.html?pyodide=017&numpy=1&kernels=" + kernels))
+    page.set_default_timeout(1_800_000)
+    page.goto(server.url("/index.html?pyodide=017&numpy=1&kernels=simd&threads={}".format(threads)))
     page.wait_for_function("document.body.dataset.runtime")
+    before = settle(pages + [page])
     start = time.perf_counter()
     info = page.evaluate("apr.load('models/model.gguf')")
-    return page, time.perf_counter() - start, info["kernels"]
+    load_s = time.perf_counter() - start
+    pages.append(page)
+    threads_used = page.evaluate("apr.boot({})")["threads"]
+    return Side("apr ({} threads, {})".format(threads_used, info["kernels"]), page, load_s,
+                settle(pages) - before)
 
 
-def browser_runs(path: str, ids: list, tokens: int, profile: bool, rounds: int) -> dict:
-    """apr (each kernel choice) and wllama in one Chromium. The headline pair, apr with the
-    default kernels and wllama, is loaded side by side and run alternately `rounds` times,
-    so load from elsewhere on the machine falls on both alike."""
-    from playwright.sync_api import sync_playwright
-    greedy = "([ids, n]) => apr.greedy(ids, n)"
+def open_wllama(browser, server, threads: int, pages: list) -> Side:
+    page = browser.new_page()
+    page.set_default_timeout(1_800_000)
+    page.goto(server.url("/site/wllama.html"))
+    page.wait_for_function("window.wllamaReady")
+    before = settle(pages)
+    load = page.evaluate("([u, n]) => loadWllama(u, n)", [server.url("/models/model.gguf"), threads])
+    return Side("wllama ({} threads)".format(threads), page, load["load_s"],
+                settle(pages) - before)
+
+
+def bench_model(play, path: str, args) -> dict:
+    from apr_core.runtime.text_model import TextModel
+    model = TextModel.load(path)
+    with open(LONG_PROMPT) as handle:
+        long_text = handle.read()
+    short_ids, long_ids = model.prompt_ids(PROMPT), model.prompt_ids(long_text)
     work = tempfile.mkdtemp(prefix="apr-bench-")
     try:
         models = os.path.join(work, "models")
@@ -105,103 +140,83 @@ def browser_runs(path: str, ids: list, tokens: int, profile: bool, rounds: int) 
         with open(os.path.join(site, "wllama.html"), "w") as handle:
             handle.write(WLLAMA_PAGE)
         server = StaticServer(site_mounts(site, models)).start()
+        # a profile on disk, as a user's (an off-the-record context keeps IndexedDB, apr's
+        # model cache, in memory, which would count against apr's memory)
+        browser = play.chromium.launch_persistent_context(
+            os.path.join(work, "profile"), executable_path=shutil.which("chromium"), args=FLAGS)
         try:
-            with sync_playwright() as play:
-                browser = play.chromium.launch(executable_path=shutil.which("chromium"),
-                                               args=FLAGS)
-                runs = {}
-                for kernels in KERNELS[1:]:  # the other kernel choices, for comparison
-                    page, load_s, backend = open_apr(browser, server, kernels)
-                    run = page.evaluate(greedy, [ids, tokens])
-                    run.update(load_s=load_s, kernels=backend)
-                    if profile:
-                        run["profile"] = page.evaluate(
-                            "([ids, n]) => apr.call('profileDecode', ids, n)", [ids, 4])
-                    runs[kernels] = run
-                    page.close()
-                page, load_s, backend = open_apr(browser, server, KERNELS[0])
-                wpage = browser.new_page()
-                wpage.set_default_timeout(900_000)
-                wpage.goto(server.url("/site/wllama.html"))
-                wpage.wait_for_function("window.wllamaReady")
-                wload = wpage.evaluate("(u) => loadWllama(u)", server.url("/models/model.gguf"))
-                apr_runs, wllama_runs = [], []
-                for _ in range(rounds):
-                    apr_runs.append(page.evaluate(greedy, [ids, tokens]))
-                    wllama_runs.append(wpage.evaluate("([p, n]) => runWllama(p, n)",
-                                                      [PROMPT, tokens]))
-                runs[KERNELS[0]] = best(apr_runs)
-                runs[KERNELS[0]].update(load_s=load_s, kernels=backend)
-                if profile:
-                    runs[KERNELS[0]]["profile"] = page.evaluate(
-                        "([ids, n]) => apr.call('profileDecode', ids, n)", [ids, 4])
-                wllama = best(wllama_runs)
-                wllama.update(wload)
-                browser.close()
+            pages: list = []
+            apr = open_apr(browser, server, args.threads, pages)
+            wllamas = [open_wllama(browser, server, n, pages) for n in args.wllama_threads]
+            greedy = "([ids, n]) => apr.greedy(ids, n)"
+            for _ in range(args.rounds):
+                run = apr.page.evaluate(greedy, [short_ids, args.tokens])
+                apr.decode.append(run["decode_tok_s"])
+                apr.prefill.append(apr.page.evaluate(greedy, [long_ids, 1])["prefill_s"])
+                for side in wllamas:
+                    run = side.page.evaluate("([p, n]) => runWllama(p, n)", [PROMPT, args.tokens])
+                    side.decode.append(run["decode_tok_s"])
+                    side.prefill.append(side.page.evaluate(
+                        "([p, n]) => runWllama(p, n)", [long_text, 1])["prefill_s"])
         finally:
+            browser.close()
             server.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"apr": runs["simd"], "apr_f32": runs["simd-f32"], "apr_numpy": runs["numpy"],
-            "wllama": wllama}
+    size = os.path.getsize(path)
+    ours = apr.summary(len(long_ids))
+    theirs = [side.summary(len(long_ids)) for side in wllamas]
+    best_decode = max(theirs, key=lambda s: s["decode_tok_s"])
+    best_prefill = max(theirs, key=lambda s: s["prefill_tok_s"])
+    return {"model": os.path.basename(path), "file_bytes": size, "tokens": args.tokens,
+            "prompt_tokens": len(long_ids), "apr": ours, "wllama": theirs,
+            "decode_vs_wllama_best": ours["decode_tok_s"] / best_decode["decode_tok_s"],
+            "prefill_vs_wllama_best": ours["prefill_tok_s"] / best_prefill["prefill_tok_s"],
+            "apr_memory_vs_file": ours["memory_bytes"] / size,
+            "wllama_best_decode": best_decode["name"], "wllama_best_prefill": best_prefill["name"]}
+
+
+def report(result: dict) -> None:
+    mb = lambda n: n / 2 ** 20  # noqa: E731
+    print("{} ({:.0f} MB), decode {} tokens, prefill {} tokens".format(
+        result["model"], mb(result["file_bytes"]), result["tokens"], result["prompt_tokens"]))
+    for side in [result["apr"]] + result["wllama"]:
+        print("  {:28} decode {:7.2f} tok/s  prefill {:7.1f} tok/s  memory +{:5.0f} MB  "
+              "load {:5.1f} s  decode runs {}".format(
+                  side["name"], side["decode_tok_s"], side["prefill_tok_s"],
+                  mb(side["memory_bytes"]), side["load_s"],
+                  " ".join("{:.1f}".format(r) for r in side["decode_runs"])))
+    print("  apr / wllama's best: decode {:.2f}x ({}), prefill {:.2f}x ({}); apr memory "
+          "{:.2f}x the file".format(result["decode_vs_wllama_best"], result["wllama_best_decode"],
+                                    result["prefill_vs_wllama_best"],
+                                    result["wllama_best_prefill"], result["apr_memory_vs_file"]))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=16, help="tokens to decode")
-    parser.add_argument("--model", help="GGUF path (default: the built-in demo, SmolLM2)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="alternating runs of apr and wllama (the best of each counts)")
-    parser.add_argument("--no-profile", action="store_true")
+    cores = os.cpu_count() or 1
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="built-in model names or GGUF paths, comma-separated")
+    parser.add_argument("--tokens", type=int, default=32, help="tokens to decode")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating runs (best counts)")
+    parser.add_argument("--threads", type=int, default=cores, help="apr's threads")
+    parser.add_argument("--wllama-threads", default="1,{}".format(cores),
+                        help="wllama thread counts to try (its best counts)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    args.wllama_threads = sorted({int(n) for n in args.wllama_threads.split(",")})
+    from playwright.sync_api import sync_playwright
     from apr_native.real_models import locate
-    path = args.model or str(locate("demo"))
-    native = native_apr(path, args.tokens)
-    runs = browser_runs(path, native.pop("ids"), args.tokens, not args.no_profile,
-                        max(1, args.rounds))
-    apr, apr_f32, apr_numpy, wllama = (runs["apr"], runs["apr_f32"], runs["apr_numpy"],
-                                       runs["wllama"])
-    result = {"model": os.path.basename(path), "tokens": args.tokens,
-              "native_apr_tok_s": native["decode_tok_s"], "native_backend": native["backend"],
-              "browser_apr_tok_s": apr["decode_tok_s"], "browser_apr_kernels": apr["kernels"],
-              "browser_apr_f32_tok_s": apr_f32["decode_tok_s"],
-              "browser_apr_numpy_tok_s": apr_numpy["decode_tok_s"],
-              "wllama_tok_s": wllama["decode_tok_s"],
-              "ratio_apr_vs_wllama": apr["decode_tok_s"] / wllama["decode_tok_s"],
-              "browser_apr_rates": apr["rates"], "wllama_rates": wllama["rates"],
-              "browser_apr_load_s": apr["load_s"], "wllama_load_s": wllama["load_s"],
-              "browser_apr_prefill_s": apr["prefill_s"], "wllama_prefill_s": wllama["prefill_s"],
-              "profile": apr.get("profile"), "profile_f32": apr_f32.get("profile"),
-              "profile_numpy": apr_numpy.get("profile")}
+    results = []
+    with sync_playwright() as play:
+        for name in args.models.split(","):
+            path = name if os.path.isfile(name) else str(locate(name))
+            results.append(bench_model(play, path, args))
+            if not args.json:
+                report(results[-1])
     if args.json:
-        json.dump(result, sys.stdout, indent=2)
+        json.dump(results, sys.stdout, indent=2)
         print()
-        return 0
-    rates = lambda key: " ".join("{:.2f}".format(r) for r in result[key])  # noqa: E731
-    print("SmolLM2-135M Q4_1, {} decode tokens, one thread each".format(args.tokens))
-    print("  native apr (CPython, {:6})          {:7.2f} tok/s".format(
-        result["native_backend"], result["native_apr_tok_s"]))
-    print("  apr in Chromium (SIMD, Q4_1/Q8_0)   {:7.2f} tok/s   load {:.1f} s, "
-          "prefill {:.2f} s, runs: {}".format(
-              result["browser_apr_tok_s"], result["browser_apr_load_s"],
-              result["browser_apr_prefill_s"], rates("browser_apr_rates")))
-    print("  apr in Chromium (SIMD, float32)     {:7.2f} tok/s".format(
-        result["browser_apr_f32_tok_s"]))
-    print("  apr in Chromium (numpy)             {:7.2f} tok/s".format(
-        result["browser_apr_numpy_tok_s"]))
-    print("  wllama in Chromium                  {:7.2f} tok/s   load {:.1f} s, "
-          "prefill {:.2f} s, runs: {}".format(
-              result["wllama_tok_s"], result["wllama_load_s"], result["wllama_prefill_s"],
-              rates("wllama_rates")))
-    print("  apr / wllama (browser, best runs)   {:7.2f}x".format(result["ratio_apr_vs_wllama"]))
-    for key, label in (("profile", "quantized SIMD"), ("profile_f32", "float32 SIMD"),
-                       ("profile_numpy", "numpy")):
-        if result[key]:
-            print("where apr's browser decode time goes with {} kernels (4 tokens):".format(label))
-            for name, calls, own, cumulative in result[key][:8]:
-                print("  {:>7.3f} s own {:>7.3f} s cum {:>6} calls  {}".format(
-                    own, cumulative, calls, name))
     return 0
 
 

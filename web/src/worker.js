@@ -75,7 +75,8 @@ function formatPythonError(error) {
 const sync = (fn, ...args) => python("_sync", fn, ...args);
 
 const describeRuntime = () => ({ flavor: runtime.flavor, python: runtime.python, numpy: runtime.numpy,
-  webcrypto: runtime.webcrypto, kernels: runtime.kernels, hfEndpoint: runtime.hfEndpoint });
+  webcrypto: runtime.webcrypto, kernels: runtime.kernels, hfEndpoint: runtime.hfEndpoint,
+  threads: runtime.threads || 1, isolated: Boolean(globalThis.crossOriginIsolated) });
 
 const ops = {
   async boot(config = {}) {
@@ -98,7 +99,12 @@ apr_web._sync = _sync
       try {
         // The kernels read x and write y in Python's memory (Pyodide's Emscripten heap).
         if (!(runtime.py._module && runtime.py._module.HEAPU8)) throw new Error("no heap access");
-        self.aprSimd = await SimdMatmul.create(() => runtime.py._module.HEAPU8);
+        // Threads (helper Workers over a shared memory) only where the page is cross-origin
+        // isolated; `threads` defaults to every core the browser reports.
+        self.aprSimd = await SimdMatmul.create(() => runtime.py._module.HEAPU8,
+          { threads: config.threads || navigator.hardwareConcurrency || 1 });
+        runtime.threads = self.aprSimd.threads;
+        runtime.isolated = self.aprSimd.isolated;
         const quantized = kernels === "simd" ? "True" : "False";
         if (runtime.py.runPython(`import apr_webkernel; apr_webkernel.register_simd_matmul(${quantized})`)) {
           runtime.kernels = "wasm-simd";

@@ -5,7 +5,7 @@
 ;; no BLAS and no SIMD. Build: scripts/build_wasm_kernels.py (embeds the binary in
 ;; matmul_f32.wasm.js, which a test keeps in sync with this file).
 (module
-  (memory (export "memory") 1)
+  (import "env" "memory" (memory 1))
   (func (export "matmul")
     (param $w i32) (param $x i32) (param $y i32) (param $rows i32) (param $cols i32) (param $T i32)
     (local $t i32) (local $r i32) (local $k i32) (local $wp i32) (local $xp i32) (local $yp i32)

@@ -1,0 +1,33 @@
+/**
+ * A helper thread of the shell's quantized matmuls (simd_kernel.js, KernelThreads): a Web
+ * Worker that instantiates matmul_k over the kernels' shared WebAssembly memory and computes
+ * its share of every weight's rows for each job the Pyodide worker posts there.
+ *
+ * Protocol: one message `{module, memory, control, index, threads}` at start; after that,
+ * only the control block (Int32Array in the shared memory, layout in kernel_jobs.js):
+ * the Pyodide worker bumps GENERATION, this thread runs the job and decrements PENDING,
+ * waking the Pyodide worker when it reaches 0.
+ */
+import { JOB, rowShare, waitForChange } from "./kernel_jobs.js";
+
+self.onmessage = ({ data }) => {
+  const { module, memory, control, index, threads } = data;
+  const matmul = new WebAssembly.Instance(module, { env: { memory } }).exports.matmul_k;
+  const c = new Int32Array(memory.buffer, control, JOB.INTS);
+  Atomics.store(c, JOB.READY + index, 1);
+  let seen = Atomics.load(c, JOB.GENERATION);
+  for (;;) {
+    seen = waitForChange(c, JOB.GENERATION, seen);
+    if (Atomics.load(c, JOB.STOP)) return;
+    const nb = c[JOB.NB], T = c[JOB.T], xq = c[JOB.XQ], sc = c[JOB.SC], s16 = c[JOB.S16];
+    const acc = c[JOB.ACC] + index * 2 * c[JOB.ACC_BYTES];
+    const macc = acc + c[JOB.ACC_BYTES];
+    for (let w = 0; w < c[JOB.COUNT]; w++) {
+      const at = JOB.WEIGHTS + 4 * w;
+      const [kind, handle, rows, y] = [c[at], c[at + 1], c[at + 2], c[at + 3]];
+      const [first, last] = rowShare(rows, index, threads);
+      if (first < last) matmul(kind, handle, xq, sc, s16, y, acc, macc, rows, nb, T, first, last);
+    }
+    if (Atomics.sub(c, JOB.PENDING, 1) === 1) Atomics.notify(c, JOB.PENDING);
+  }
+};
