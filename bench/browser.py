@@ -31,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "native"))
 sys.path.insert(0, ROOT)
 
+from apr_native.browser_memory import chromium_rss  # noqa: E402
 from apr_native.web_bundle import prepare_site, site_mounts  # noqa: E402
 from apr_native.web_server import StaticServer  # noqa: E402
 
@@ -51,29 +52,16 @@ window.loadWllama = async (url, threads) => {
   return { load_s: (performance.now() - t0) / 1000 };
 };
 window.runWllama = async (prompt, tokens) => {
-  await wllama.kvClear();   // no prompt cache: every run evaluates its whole prompt
   const stamps = [], t0 = performance.now();
+  // cache_prompt false: every run evaluates its whole prompt (no KV reuse across runs)
   await wllama.createCompletion({ prompt, max_tokens: tokens, temperature: 0, ignore_eos: true,
-    stream: true, onData: () => stamps.push(performance.now()) });
+    cache_prompt: false, stream: true, onData: () => stamps.push(performance.now()) });
   const decode = (stamps[stamps.length - 1] - stamps[0]) / 1000;
   return { chunks: stamps.length, prefill_s: (stamps[0] - t0) / 1000,
            decode_tok_s: stamps.length > 1 ? (stamps.length - 1) / decode : null };
 };
 window.wllamaReady = true;
 </script>"""
-
-
-def chromium_rss() -> int:
-    """Resident bytes of every Chromium process this script started."""
-    import psutil
-    total = 0
-    for child in psutil.Process(os.getpid()).children(recursive=True):
-        try:
-            if child.name() != "node":
-                total += child.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def settle(pages) -> int:

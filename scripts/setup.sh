@@ -48,6 +48,8 @@ bash scripts/fetch_tokenizer_vectors.sh
 
 # Browser shell: npm packages (Pyodide 314 and 0.17, wllama) and Pyodide wheels, cached.
 bash scripts/setup_web.sh
+# workerd (npm), where the worker bundle of `apr compile --target worker` is tested.
+bash scripts/setup_workerd.sh >/dev/null
 
 # Python 3.8 + numpy 1.17.5: what Pyodide 0.17 runs; apr_core must work there unchanged.
 # (a pyenv shim named python3.8 may exist without working, so each candidate is tried)

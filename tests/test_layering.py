@@ -34,7 +34,8 @@ LAYERS = [
                 "apr_native.config"]),
     ("engine", ["apr_native.engine", "apr_native.structured"]),
     ("server", ["apr_native.server", "apr_native.web_bundle", "apr_native.web_server"]),
-    ("cli", ["apr_native.cli", "apr_native.tui"]),   # the TUI is a CLI front end
+    # the TUI is a CLI front end; apr compile's builders use web_bundle and cli's helpers
+    ("cli", ["apr_native.cli", "apr_native.tui", "apr_native.compile"]),
     ("shell-source", ["apr_websource", "apr_webcrypto", "apr_webkernel", "apr_webhub",
                       "apr_webplace"]),
     ("shell-run", ["apr_webrun"]),

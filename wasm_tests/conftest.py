@@ -33,24 +33,23 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-network
 BOOT_TIMEOUT_MS = 180_000
 
 
-@pytest.fixture(scope="session")
-def smollm2_path():
+def _located(name, label):
     from apr_native.real_models import locate
     from apr_core.errors import AprError
     try:
-        return str(locate("demo"))
+        return str(locate(name))
     except AprError as err:
-        require(False, "SmolLM2 GGUF unavailable: {}".format(err))
+        require(False, "{} GGUF unavailable: {}".format(label, err))
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    return _located("demo", "SmolLM2")
 
 
 @pytest.fixture(scope="session")
 def qwen_path():
-    from apr_native.real_models import locate
-    from apr_core.errors import AprError
-    try:
-        return str(locate("qwen2.5-coder-0.5b"))
-    except AprError as err:
-        require(False, "Qwen2.5 GGUF unavailable: {}".format(err))
+    return _located("qwen2.5-coder-0.5b", "Qwen2.5")
 
 
 def cached(name, inputs, build):

@@ -15,6 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from apr_native.browser_memory import chromium_rss
 from wasm_shared import GREEDY, LOGIT_TOLERANCE, PROMPT, require
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
@@ -47,20 +48,6 @@ def served_model(request, models_dir):
     native = cached("native-" + request.param, (os.path.getsize(path), PROMPT, GREEDY),
                     lambda: _native_reference(path))
     return link.name, path, native
-
-
-def chromium_rss():
-    """Resident bytes of every Chromium process under this test process (browser, zygote,
-    GPU, utility, renderer and worker processes; not Playwright's node driver)."""
-    import psutil
-    total = 0
-    for child in psutil.Process(os.getpid()).children(recursive=True):
-        try:
-            if child.name() != "node":
-                total += child.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 @pytest.fixture

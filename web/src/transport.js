@@ -18,7 +18,7 @@ function checkStatus(response, url, start, end) {
     }
     return;
   }
-  if (response.status === 200 && start === 0) return;  // a server without Range support
+  if (response.status === 200) return;  // a server without Range support: see streamRange
   throw new ShellError(codes.NETWORK, `HTTP ${response.status} for ${url}`,
     { url, status: response.status });
 }
@@ -65,7 +65,10 @@ export const urlSize = async (url) => (await urlHead(url)).size;
 /**
  * Stream `url` from byte `start` to `end` (inclusive; null = end of file), calling
  * `onData(chunk)` for every piece as it arrives. Resolves with the number of bytes received;
- * rejects on HTTP errors or when the body ends early (a dropped connection).
+ * rejects on HTTP errors or when the body ends early (a dropped connection). A server
+ * without Range support (python -m http.server) answers with the whole file: the bytes
+ * before `start` are skipped and the body is dropped after `end`, so a resumed download
+ * or a range read still gets exactly its range.
  */
 export async function streamRange(url, start, end, onData, { signal } = {}) {
   const range = `bytes=${start}-${end === null ? "" : end}`;
@@ -77,10 +80,21 @@ export async function streamRange(url, start, end, onData, { signal } = {}) {
     throw new ShellError(codes.NETWORK, `network error fetching ${url}: ${err.message}`, { url });
   }
   checkStatus(response, url, start, end);
-  const expected = Number(response.headers.get("Content-Length"));
+  const whole = response.status === 200;
+  // Content-Length counts encoded bytes when the server compressed the body (the stream
+  // gives decoded ones), and a chunked answer has none: only a plain length is checked.
+  const header = response.headers.get("Content-Length");
+  const length = header === null || response.headers.get("Content-Encoding") ? NaN : Number(header);
+  let skip = whole ? start : 0;
+  const wanted = whole && end !== null ? end - start + 1 : Infinity;
+  const expected = whole ? Math.min(length - start, wanted) : length;
   const reader = response.body.getReader();
   let received = 0;
   for (;;) {
+    if (received >= wanted) {
+      await reader.cancel();
+      break;
+    }
     let step;
     try {
       step = await reader.read();
@@ -89,8 +103,15 @@ export async function streamRange(url, start, end, onData, { signal } = {}) {
         { url, received });
     }
     if (step.done) break;
-    received += step.value.length;
-    await onData(step.value);
+    let chunk = step.value;
+    if (skip >= chunk.length) {
+      skip -= chunk.length;
+      continue;
+    }
+    chunk = chunk.subarray(skip, skip + Math.min(chunk.length - skip, wanted - received));
+    skip = 0;
+    received += chunk.length;
+    await onData(chunk);
   }
   if (Number.isFinite(expected) && received !== expected) {
     throw new ShellError(codes.NETWORK, `truncated response for ${url}: ${received} of ${expected} bytes`,
