@@ -71,7 +71,10 @@ async def load(url: str, dequantize: Optional[bool] = None,
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
                            "kernels": engine.backend,
                            "placed_bytes": sum(blocks.nbytes for blocks in placed.values()),
-                           "kv_bytes": BROWSER_KV_BYTES,
+                           "kv_bytes": BROWSER_KV_BYTES,   # the engine's KV budget
+                           # float32 keys and values of one position, every layer
+                           "kv_bytes_per_token": 2 * 4 * cfg.n_layers * cfg.n_kv_heads
+                           * cfg.head_dim,
                            "vocab": cfg.n_vocab, "context": cfg.max_ctx,
                            "chat_template": bool(_state["model"].chat_template)})
     except Exception as exc:
