@@ -55,8 +55,8 @@ export class SimdMatmul {
     this.reset();
   }
 
-  /** Fresh instances over a fresh memory (and fresh helper threads): every weight, plan and
-   * scratch area is dropped, and the old memory is left to the garbage collector. */
+  /** Fresh instances over a fresh memory: every weight, plan and scratch area is dropped,
+   * the helper threads stop, and the old memory is left to the garbage collector. */
   reset() {
     this._stopHelpers();
     const [f32Module, quantModule, blockModule] = this.modules;
@@ -76,9 +76,15 @@ export class SimdMatmul {
     this.plans = [];
     this.top = PAGE;          // bump allocator; page 0 stays unused (the C kernels' stack)
     this.scratch = { at: 0, size: 0 };
-    for (let index = 1; index < this.threads; index++) {
+  }
+
+  /** Start the helper threads over the current memory (on the first weight placed, so they
+   * boot while a model streams in, and a forgotten model leaves no idle threads behind). */
+  _startHelpers() {
+    for (let index = this.helpers.length + 1; index < this.threads; index++) {
       const helper = new Worker(new URL("./kernel_thread.js", import.meta.url), { type: "module" });
-      helper.postMessage({ module: blockModule, memory, control: CONTROL, index, threads: this.threads });
+      helper.postMessage({ module: this.modules[2], memory: this.memory, control: CONTROL, index,
+                           threads: this.threads });
       this.helpers.push(helper);
     }
   }
@@ -127,6 +133,7 @@ export class SimdMatmul {
   bytesHeld() { return this.memory.buffer.byteLength; }
 
   _alloc(bytes) {
+    if (this.helpers.length + 1 < this.threads) this._startHelpers();
     const at = align(this.top);
     const end = at + bytes;
     if (end > MEMORY_LIMIT) throw new RangeError(`kernel memory full: ${end} > ${MEMORY_LIMIT} bytes`);
