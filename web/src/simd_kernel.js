@@ -4,9 +4,9 @@
  *  - kernels/matmul_k.c: matmuls straight over GGUF blocks as stored (Q4_0, Q4_1, Q5_0, Q5_1,
  *    Q8_0, Q2_K ... Q6_K), so a weight is held once, at its file size;
  *  - kernels/quantize_x.wat: the activation split those kernels read (quantize_x);
- *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once), and
- *    the memory all three share.
- * Weights are placed in that memory once (apr_webplace streams a model's blocks there
+ *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once).
+ * All three import one memory created here (shared, with helper threads, where the page is
+ * cross-origin isolated). Weights are placed in that memory once (apr_webplace streams a model's blocks there
  * straight from the cache or the network); each call copies `x` in and `y` out of the Python
  * runtime's memory by address. `reset()` drops the memory (a forgotten model's weights).
  */
