@@ -1,10 +1,10 @@
 """The shell's quantized WebAssembly SIMD matmul (web/src/kernels/matmul_k.c) on real SmolLM2
 tensors (Q4_1 projections, the Q8_0 tied embedding/LM head).
 
-Oracles, both computed here from the GGUF bytes, not from the kernel's repacked layout:
-* `emulate`: the kernel's arithmetic in numpy, operation for operation in float32 (the
-  activation split, exact integer dots, then the same float32 multiplies and adds in the
-  same order; WebAssembly has no FMA). The kernel must equal it bit for bit, under wasmtime
+Oracles, both computed from the GGUF bytes:
+* `emulate` (kquant_emulation): the kernel's arithmetic in numpy, operation for operation in
+  float32 (the activation split, exact integer dots, then the same float32 multiplies and
+  adds in the same order; WebAssembly has no FMA). The kernel must equal it bit for bit, under wasmtime
   and in Chromium.
 * apr_core's bit-exact dequantization times x in float64: the emulation stays within a
   bound derived from the activation split's residual and float32 rounding.
@@ -13,21 +13,19 @@ test_browser_model.py's "simd" case.
 """
 import base64
 import os
-import re
 import sys
 
 import numpy as np
 import pytest
 
-from wasm_shared import require
 
 pytestmark = pytest.mark.native
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KERNELS = os.path.join(ROOT, "web", "src", "kernels")
 sys.path.insert(0, os.path.join(ROOT, "web", "src"))
 
 import apr_webkernel  # noqa: E402  (the shell's Python side; `js` is imported lazily)
 from quant_emulation import activations, split_activations  # noqa: E402
+from kquant_emulation import codes_and_scales, emulate  # noqa: E402  (the kernel's replay)
 from kernel_runner import kernels, run_kernel  # noqa: E402,F401  (kernels: a fixture)
 
 # (tensor, tokens): both quantized types, square/tall/wide shapes, prefill and decode.
@@ -43,45 +41,15 @@ def gguf_tensor(path, name):
         return np.frombuffer(bytes(raw.data), np.uint8), raw.dtype, tuple(raw.shape)
 
 
-def codes_and_scales(data, dtype, shape):
-    """Integer codes `[rows, nb, 32]` int64, d and m `[rows, nb]` float32 from GGUF blocks."""
-    rows, cols = shape
-    width = {"Q4_1": 20, "Q8_0": 34}[dtype.name]
-    blocks = data.reshape(rows, cols // 32, width)
-    half = lambda at: np.ascontiguousarray(blocks[..., at:at + 2]).view("<f2")[..., 0] \
-        .astype(np.float32)
-    if dtype.name == "Q4_1":
-        qs = blocks[..., 4:20].astype(np.int64)
-        return np.concatenate([qs & 15, qs >> 4], axis=2), half(0), half(2)
-    return blocks[..., 2:34].view(np.int8).astype(np.int64), half(0), np.zeros_like(half(0))
-
-
-def emulate(data, dtype, shape, x):
-    """The kernel's float32 arithmetic, step by step: y `[T, rows]`."""
-    f32 = np.float32
-    q, d, m = codes_and_scales(data, dtype, shape)
-    xh, xl, dx, total = split_activations(x)
-    ih = np.einsum("rbk,tbk->trb", q, xh.astype(np.int64)).astype(f32)  # exact integers
-    il = np.einsum("rbk,tbk->trb", q, xl.astype(np.int64)).astype(f32)
-    s = ih + il * f32(2.0 ** -15)                                    # [T, rows, nb]
-    scale = d[None] * dx[:, None, :]
-    acc = np.zeros(s.shape[:2], f32)
-    macc = np.zeros(s.shape[:2], f32)
-    for b in range(s.shape[2]):
-        acc = acc + s[..., b] * scale[..., b]
-        macc = macc + m[None, :, b] * total[:, None, b]
-    return acc + macc if dtype.name == "Q4_1" else acc
-
-
 def error_bound(data, dtype, shape, x):
     """|emulate - W x| bound `[T, rows]`: the split's residual times |W - m| plus float32
     rounding of (nb + 36) sequential steps over sum |w x|."""
     from apr_core.quant.api import dequantize
     w = dequantize(data, dtype, shape).astype(np.float64)           # [rows, cols]
-    q, d, _ = codes_and_scales(data, dtype, shape)
+    q, d, _ = codes_and_scales(data, dtype.name, shape)              # d: [rows, nb, 1]
     xh, xl, dx, _ = split_activations(x)
     residual = np.abs(x.reshape(xh.shape) - dx[..., None] * (xh + xl / 32768.0))  # [T, nb, 32]
-    dq = np.abs(d.astype(np.float64)[..., None] * q).reshape(shape)  # |d q| = |w - m|
+    dq = np.abs(d.astype(np.float64) * q).reshape(shape)             # |d q| = |w - m|
     nb = shape[1] // 32
     return (residual.reshape(x.shape[0], -1) @ dq.T
             + (nb + 36) * U * (np.abs(x.astype(np.float64)) @ np.abs(w).T)), w
@@ -93,7 +61,7 @@ def test_quant_kernel_equals_its_float32_emulation(kernels, smollm2_path, name, 
     data, dtype, shape = gguf_tensor(smollm2_path, name)
     x = activations(tokens, shape[1], seed=len(name) + tokens)
     got = run_kernel(kernels, data, dtype.name, shape, x)
-    want = emulate(data, dtype, shape, x)
+    want = emulate(data, dtype.name, shape, x)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
         np.abs(got - want).max()
 
@@ -104,7 +72,7 @@ def test_emulation_stays_within_the_derived_bound(smollm2_path, name, tokens):
     data, dtype, shape = gguf_tensor(smollm2_path, name)
     x = activations(tokens, shape[1], seed=len(name) + tokens)
     bound, w = error_bound(data, dtype, shape, x)
-    error = np.abs(emulate(data, dtype, shape, x) - x.astype(np.float64) @ w.T)
+    error = np.abs(emulate(data, dtype.name, shape, x) - x.astype(np.float64) @ w.T)
     assert (error <= bound).all(), float((error / bound).max())
     # The bound is tight enough to mean something: relative to |W||x|, about float32's.
     scale = np.abs(x.astype(np.float64)) @ np.abs(w).T
@@ -137,7 +105,7 @@ def test_chromium_kernel_equals_its_float32_emulation(kernel_page, smollm2_path,
     x = activations(tokens, shape[1], seed=len(name) + tokens)
     kind, got = kernel_in_chromium(kernel_page, name, x)
     assert kind == apr_webkernel.QUANTIZED[dtype.name]  # the quantized path, not float32
-    want = emulate(data, dtype, shape, x)
+    want = emulate(data, dtype.name, shape, x)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
         np.abs(got - want).max()
 

@@ -18,7 +18,7 @@ from textual.worker import get_current_worker
 from ..cli.diff_cmd import compare_tensor
 from ..cli.render import fmt
 from ..cli.tensor_map import pair_names
-from .data import ModelData
+from .data import ModelData, matching
 from .messages import TensorChosen
 from .stats_view import BATCH_SECONDS, FLOAT_WIDTH
 
@@ -78,8 +78,7 @@ class CompareView(Vertical):
 
     @property
     def shown(self) -> List[str]:
-        needle = self.query_text.lower()
-        return [n for n in self.rows if needle in n.lower()]
+        return matching(self.rows, self.query_text)
 
     def ready(self) -> bool:
         return self.data_b is None or (self.active and all(

@@ -19,6 +19,12 @@ from apr_core.tensor import LazyTensor
 DEFAULT_BINS = 40
 
 
+def matching(names: Any, query: str) -> List[str]:
+    """The names containing `query` (any case), in their order: every view's search."""
+    needle = query.lower()
+    return [name for name in names if needle in name.lower()]
+
+
 class Histogram(NamedTuple):
     """One tensor's distribution: its statistics and (counts [bins], edges [bins + 1])."""
 

@@ -13,7 +13,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..cli.render import fmt, histogram_lines
-from .data import Histogram, ModelData
+from .data import Histogram, ModelData, matching
 from .structure import first_matrix
 
 CHART_HEIGHT = 12
@@ -67,8 +67,7 @@ class HistogramView(Horizontal):
 
     @property
     def shown(self) -> List[str]:
-        needle = self.query_text.lower()
-        return [n for n in self.data.names if needle in n.lower()]
+        return matching(self.data.names, self.query_text)
 
     def apply_filter(self, query: str) -> None:
         self.query_text = query

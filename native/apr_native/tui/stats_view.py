@@ -17,7 +17,7 @@ from apr_core.stats import TensorStats
 
 from ..cli.common import human_bytes
 from ..cli.render import fmt
-from .data import ModelData
+from .data import ModelData, matching
 from .messages import TensorChosen
 
 
@@ -100,8 +100,7 @@ class StatsView(Vertical):
     @property
     def shown(self) -> List[str]:
         """The tensors the table lists (filtered), in file order."""
-        needle = self.query_text.lower()
-        return [n for n in self.data.names if needle in n.lower()]
+        return matching(self.data.names, self.query_text)
 
     def ready(self) -> bool:
         """Every row shown has its statistics."""
