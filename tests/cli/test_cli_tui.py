@@ -2,7 +2,6 @@
 GGUFs. The independent source of truth is gguf-py: `GGUFReader`'s tensor list (names,
 types, dims innermost-first) and `gguf.dequantize` for values; greedy chat is checked
 against the Engine run directly."""
-import asyncio
 import math
 import os
 import re
@@ -55,7 +54,7 @@ def qwen(qwen_gguf):
 
 def drive(path_a, scenario, path_b=None, **kwargs):
     """Run the TUI over `path_a` (and `path_b`) headless; `scenario(app, pilot)` drives it."""
-    from apr_native.tui.app import TuiApp
+    from apr_native.tui.app import TuiApp, run_headless
     from apr_native.tui.data import ModelData
     data = [ModelData(p) for p in (path_a, path_b) if p]
     app = TuiApp(data[0], data[1] if path_b else None, **kwargs)
@@ -65,7 +64,7 @@ def drive(path_a, scenario, path_b=None, **kwargs):
             await pilot.pause()
             await scenario(app, pilot)
     try:
-        asyncio.run(main())
+        run_headless(main())
     finally:
         for d in data:
             d.close()

@@ -64,12 +64,11 @@ def _run(args: argparse.Namespace, view: str, data_a: Any, data_b: Any) -> int:
     if not args.screenshot:
         app.run()
         return app.return_code or 0
-    import asyncio
     from textual.worker import WorkerFailed
     from apr_core.atomic import atomic_output
-    from ..tui.app import screenshot
+    from ..tui.app import run_headless, screenshot
     try:
-        svg = asyncio.run(screenshot(app))
+        svg = run_headless(screenshot(app))
     except WorkerFailed as failed:   # the view's data could not be computed
         if isinstance(failed.error, AprError):
             raise failed.error

@@ -144,3 +144,28 @@ async def screenshot(app: TuiApp, size: Tuple[int, int] = SCREENSHOT_SIZE) -> st
             await pilot.pause(0.05)
         await pilot.pause()
         return app.export_screenshot(title="apr tui: {}".format(app.active_view_name))
+
+
+def run_headless(coroutine: Any) -> Any:
+    """Run `coroutine` (a headless session: `screenshot`, a test's Pilot) to its end on a
+    fresh event loop, in a thread of its own when this thread already runs one (an
+    embedding program, or Playwright's sync API beside it in a test process)."""
+    import asyncio
+    import threading
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = asyncio.run(coroutine)
+        except BaseException as error:   # re-raised in the caller's thread
+            outcome["error"] = error
+    worker = threading.Thread(target=run, name="apr-tui-headless")
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
