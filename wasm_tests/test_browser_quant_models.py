@@ -3,7 +3,7 @@ and Gemma-3-270M, both Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors), held at their
 
 * logits within LOGIT_TOLERANCE of native apr and GREEDY greedy tokens identical, on one
   thread and on two (then bit for bit the same logits as on one);
-* memory: the whole Chromium's RSS (every process Playwright started for this test session)
+* memory, on one thread: the whole Chromium's RSS (every process Playwright started for this test session)
   grows by at most 1.5x the file size plus the KV cache its generation used while the model
   is held and generating, and `forget` gives back at least 0.8x the file's size;
 * a model larger than the kernels' memory can hold is refused with E008 naming the sizes.
@@ -88,8 +88,9 @@ LOGITS = {}  # (model, threads) -> logits, to compare threads on and off bit for
 
 @pytest.mark.parametrize("threads", [1, 2], ids=["1-thread", "2-threads"])
 def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_model, threads):
-    """Native parity and the memory bound, on one thread and with a helper thread (rows of
-    every quantized matmul split over two Workers sharing the kernels' memory)."""
+    """Native parity on one thread and with a helper thread (rows of every quantized matmul
+    split over two Workers sharing the kernels' memory); the memory bound and `forget` on
+    one thread (a helper thread adds an isolate of its own, which the bound is not about)."""
     name, path, native = served_model
     session = profile_page(QUERY + "&threads={}".format(threads))
     assert session.call("() => apr.boot({})")["threads"] == threads   # the page is isolated
@@ -106,11 +107,13 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
     held = settled_rss(session) - before
     size = os.path.getsize(path)
     kv = info["kv_bytes_per_token"] * (len(native["ids"]) + GREEDY)   # the KV this run used
-    assert held <= 1.5 * size + kv, (held, size, kv)
+    if threads == 1:
+        assert held <= 1.5 * size + kv, (held, size, kv)
 
     assert session.call("(url) => apr.forget(url)", "models/" + name)["forgotten"]
     after = settled_rss(session) - before
-    assert after <= held - 0.8 * size, (held, after, size)
+    if threads == 1:
+        assert after <= held - 0.8 * size, (held, after, size)
 
     # loaded again (from the cache): every logit of the prompt against native
     session.call("(url) => apr.load(url)", "models/" + name)
