@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from collections.abc import Sequence
 
 _U64 = struct.Struct("<Q")
-_CHECKPOINT = 1024          # one string offset remembered per this many strings
+CHECKPOINT = 1024           # one string offset remembered per this many strings
 
 # Number of times any GGUFArray decoded all its values (tests read it).
 decode_count = 0
@@ -31,12 +31,14 @@ class GGUFArray(Sequence):
 
     __slots__ = ("raw", "count", "code", "_values", "_checkpoints")
 
-    def __init__(self, raw: bytes, count: int, code: Optional[str]) -> None:
+    def __init__(self, raw: bytes, count: int, code: Optional[str],
+                 checkpoints: Optional[List[int]] = None) -> None:
         self.raw = raw
         self.count = count
         self.code = code                  # None = strings
         self._values: Optional[List[Any]] = None
-        self._checkpoints: Optional[List[int]] = None
+        # offset of string i * CHECKPOINT, i = 0, 1, ... (the reader's walk records them)
+        self._checkpoints: Optional[List[int]] = checkpoints or None
 
     def __len__(self) -> int:
         return self.count
@@ -80,7 +82,7 @@ class GGUFArray(Sequence):
         """Byte offset of string `index`: from the nearest remembered offset, walking."""
         unpack = _U64.unpack_from
         raw = self.raw
-        if index < _CHECKPOINT:          # the first items: walk from the start
+        if index < CHECKPOINT:          # the first items: walk from the start
             pos = 0
             for _ in range(index):
                 pos += 8 + unpack(raw, pos)[0]
@@ -88,13 +90,13 @@ class GGUFArray(Sequence):
         if self._checkpoints is None:
             marks = []
             pos = 0
-            for start in range(0, self.count, _CHECKPOINT):
+            for start in range(0, self.count, CHECKPOINT):
                 marks.append(pos)
-                for _ in range(min(_CHECKPOINT, self.count - start)):
+                for _ in range(min(CHECKPOINT, self.count - start)):
                     pos += 8 + unpack(raw, pos)[0]
             self._checkpoints = marks
-        pos = self._checkpoints[index // _CHECKPOINT]
-        for _ in range(index % _CHECKPOINT):
+        pos = self._checkpoints[index // CHECKPOINT]
+        for _ in range(index % CHECKPOINT):
             pos += 8 + unpack(raw, pos)[0]
         return pos
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from ..errors import AprError, ErrorCode
 from ..io import ByteSource
-from .gguf_lazy import GGUFArray
+from .gguf_lazy import CHECKPOINT, GGUFArray
 
 Spec = Union[str, List[Any]]
 
@@ -141,12 +141,16 @@ class Cursor:
         self.pos = end
         return self._buf[start:start + nbytes]
 
-    def skip_strings(self, count: int, after: int, what: str) -> bytes:
+    def skip_strings(self, count: int, after: int, what: str,
+                     every: int = 0) -> Tuple[bytes, List[int]]:
         """Walk `count` length-prefixed strings without decoding them (`after` = bytes known
-        to follow them) and return their raw bytes: lengths are bounded like `string`."""
+        to follow them) and return their raw bytes, with the offset (into those bytes) of
+        every `every`-th string when `every` > 0, so one item can be found later without a
+        second walk: lengths are bounded like `string`."""
         unpack = _U64.unpack_from
         pieces: List[bytes] = []
-        seg = self.pos                       # bytes from here on are not in `pieces` yet
+        marks: List[int] = []
+        start = seg = self.pos               # bytes from `seg` on are not in `pieces` yet
         done = 0
         while True:
             self.promise((count - done) * STR.size + after, what)   # the lengths left
@@ -163,16 +167,22 @@ class Cursor:
             rel = self.pos - base
             index = done
             try:
-                for index in range(done, count):
-                    rel += 8 + unpack(buf, rel)[0]   # struct.error once past the buffer
-                index = count
+                while index < count:
+                    stop = count
+                    if every:                # a mark where a run of `every` strings begins
+                        if index % every == 0 and len(marks) == index // every:
+                            marks.append(base + rel - start)
+                        stop = min(count, index - index % every + every)
+                    for index in range(index, stop):
+                        rel += 8 + unpack(buf, rel)[0]   # struct.error once past the buffer
+                    index = stop
             except struct.error:
                 pass
             self.promise(base + rel - self.pos, what)    # E002/E008 for a hostile length
             self.pos = base + rel
             done = index
         pieces.append(self._buf[seg - self._buf_start:self.pos - self._buf_start])
-        return b"".join(pieces)
+        return b"".join(pieces), marks
 
     def u32(self, what: str) -> int:
         return _U32.unpack(self.take(4, what))[0]
@@ -221,7 +231,8 @@ def read_value(cur: Cursor, row: ValueType, where: str, depth: int = 0) -> Tuple
     cur.promise(count * elem.size, where)   # every element needs at least elem.size bytes
     if elem is STR:
         if count >= LAZY_MIN:
-            return GGUFArray(cur.skip_strings(count, 0, where), count, None), ["arr", "str"]
+            raw, marks = cur.skip_strings(count, 0, where, CHECKPOINT)
+            return GGUFArray(raw, count, None, marks), ["arr", "str"]
         return [decode_str(cur.string(where, (count - index - 1) * STR.size))
                 for index in range(count)], ["arr", "str"]
     if elem is not ARR:

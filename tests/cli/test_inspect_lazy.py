@@ -58,3 +58,30 @@ def test_lazy_arrays_equal_gguf_py(smollm2_gguf):
         assert isinstance(ours.metadata["tokenizer.ggml.tokens"], list)
     finally:
         ours.close()
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 4093])
+def test_string_offsets_come_from_the_parse_walk(smollm2_gguf, monkeypatch, chunk):
+    """The reader's one walk over the lengths records where every 1024th string starts
+    (also across buffer refills: a small odd read size), so finding one token later walks
+    at most 1023 lengths and never the whole array again."""
+    import struct
+    from apr_core.formats import gguf_values
+    gguf = pytest.importorskip("gguf")
+    monkeypatch.setattr(gguf_values, "_CHUNK", chunk)
+    ours = read_gguf(smollm2_gguf)
+    try:
+        lazy = ours.header_metadata["tokenizer.ggml.tokens"]
+        marks = lazy._checkpoints
+        assert marks is not None and len(marks) == -(-len(lazy) // gguf_lazy.CHECKPOINT)
+        pos, walked = 0, []
+        for index in range(len(lazy)):
+            if index % gguf_lazy.CHECKPOINT == 0:
+                walked.append(pos)
+            pos += 8 + struct.unpack_from("<Q", lazy.raw, pos)[0]
+        assert marks == walked and pos == len(lazy.raw)
+        field = gguf.GGUFReader(smollm2_gguf).fields["tokenizer.ggml.tokens"]
+        for i in (0, 1023, 1024, 1025, 30000, 49151):
+            assert lazy[i] == bytes(field.parts[field.data[i]]).decode("utf-8")
+    finally:
+        ours.close()
