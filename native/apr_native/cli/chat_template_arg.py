@@ -116,9 +116,9 @@ def stored_template(meta: Dict[str, Any]) -> Tuple[Optional[str], str, str]:
 
 def summary(meta: Dict[str, Any]) -> Dict[str, Any]:
     """`apr inspect`'s chat_template entry: present, family, the built-in it renders like,
-    and whether it passes the load-time probe."""
-    from apr_core.text.chat_probe import describe_template
-    return describe_template(*stored_template(meta))
+    and whether it passes the load-time probe (remembered across processes)."""
+    from ..template_cache import describe
+    return describe(*stored_template(meta))
 
 
 __all__ = ["add_argument", "resolve", "option", "check", "check_run", "check_before_serving",
