@@ -21,10 +21,6 @@ from apr_core.errors import AprError, ErrorCode
 
 from .real_models import cache_dir
 
-try:
-    import tomllib
-except ImportError:     # Python 3.10: the same parser from PyPI
-    import tomli as tomllib  # type: ignore[no-redef]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -43,11 +39,22 @@ def settings() -> Dict[str, Any]:
     except OSError as exc:
         raise AprError(ErrorCode.IO, "cannot read config: {}".format(exc.strerror),
                        path=str(path))
+    if not data.strip():
+        return {}
     try:
-        return tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return _toml().loads(data.decode("utf-8"))
+    except (_toml().TOMLDecodeError, UnicodeDecodeError) as exc:
         raise AprError(ErrorCode.ARGUMENT, "config file is not valid TOML: {}".format(exc),
                        path=str(path))
+
+
+def _toml() -> Any:
+    """The TOML parser, imported when a config file is there to parse."""
+    try:
+        import tomllib
+    except ImportError:     # Python 3.10: the same parser from PyPI
+        import tomli as tomllib  # type: ignore[no-redef]
+    return tomllib
 
 
 def setting(section: str, key: str, default: Any = None) -> Any:

@@ -17,7 +17,6 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-from apr_core.atomic import atomic_output
 from apr_core.errors import AprError
 
 from .config import cache_dir
@@ -70,6 +69,7 @@ def describe(template: Optional[str], bos_token: str = "", eos_token: str = ""
         return cached
     info = describe_template(template, bos_token, eos_token)
     if info.get("check") == "ok":
+        from apr_core.atomic import atomic_output    # (tempfile, shutil: only on a miss)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with atomic_output(path) as handle:

@@ -18,7 +18,6 @@ import importlib
 import os
 import re
 import sys
-import traceback
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
@@ -166,6 +165,7 @@ def _run(args: argparse.Namespace) -> int:
         return int(args.func(args) or 0)
     except AprError as err:
         if _debug():
+            import traceback
             traceback.print_exc()
         if getattr(args, "json", False):
             from .common import emit_json
@@ -178,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     except Exception as err:  # a bug: say so plainly, with the traceback on request
         if _debug():
+            import traceback
             traceback.print_exc()
         print("apr: internal error: {}: {}".format(type(err).__name__, err), file=sys.stderr)
         from .common import EXIT_GENERAL
