@@ -66,9 +66,9 @@ def test_string_offsets_come_from_the_parse_walk(smollm2_gguf, monkeypatch, chun
     (also across buffer refills: a small odd read size), so finding one token later walks
     at most 1023 lengths and never the whole array again."""
     import struct
-    from apr_core.formats import gguf_values
+    from apr_core.formats import gguf_cursor
     gguf = pytest.importorskip("gguf")
-    monkeypatch.setattr(gguf_values, "_CHUNK", chunk)
+    monkeypatch.setattr(gguf_cursor, "_CHUNK", chunk)
     ours = read_gguf(smollm2_gguf)
     try:
         lazy = ours.header_metadata["tokenizer.ggml.tokens"]
