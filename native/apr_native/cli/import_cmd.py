@@ -1,5 +1,6 @@
-"""`apr import SOURCE [-o OUT.apr]`: SafeTensors (file, sharded, HF directory), GGUF or
-PyTorch (`.pt/.pth/.bin`, read by the restricted unpickler) into APR v2.
+"""`apr import SOURCE [-o OUT.apr]`: SafeTensors (file, sharded, HF directory), GGUF,
+PyTorch (`.pt/.pth/.bin`, read by the restricted unpickler) or a CTranslate2 Whisper
+directory (`import_ct2.py`) into APR v2.
 
 The import pipeline (seed 000 §13): open the source (a reference -- `hf://ORG/REPO...`,
 `https://...` -- is fetched and verified first, as every command does), find its architecture (file metadata, else the
@@ -211,6 +212,10 @@ def run_import(args: argparse.Namespace) -> int:
                               "sha256": digest, "warnings": []})
     # A stale cache entry (its source changed) is ours to replace; an -o file is not.
     check_output(output, args.force or to_cache)
+    from apr_core.conversion.whisper_ct2 import is_ctranslate2_dir
+    if is_ctranslate2_dir(source):
+        from .import_ct2 import import_ctranslate2
+        return import_ctranslate2(args, source, output, digest, to_cache, _report)
     start = time.perf_counter()
     warnings: List[str] = []
     model, folder = open_any(source)
@@ -273,7 +278,8 @@ def _report(args: argparse.Namespace, result: Dict[str, Any]) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import", help="import SafeTensors, GGUF or PyTorch into APR")
     p.add_argument("source", help="a .safetensors file, sharded index, HF directory, .gguf, "
-                   "or PyTorch .pt/.pth/.bin (read without running pickle code)")
+                   "PyTorch .pt/.pth/.bin (read without running pickle code), or a "
+                   "CTranslate2 Whisper directory (model.bin + vocabulary + tokenizer.json)")
     p.add_argument("-o", "--output", help="output .apr (default: $APR_CACHE/models/NAME.apr)")
     p.add_argument("--arch", help="architecture: " + ", ".join(architectures()))
     p.add_argument("--names", choices=["keep", "apr"], default="keep",

@@ -14,6 +14,7 @@ import argparse
 import ipaddress
 import os
 import sys
+from typing import Any
 
 from apr_core.errors import AprError, ErrorCode
 
@@ -48,6 +49,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from apr_native.server.app import ServerSettings, create_app
     from apr_native.server.engine import ServingEngine
+    from apr_native.server.speech_engine import is_speech_model
     if not 1 <= args.max_tokens <= 1 << 20 or args.max_queue < 1 or not 0 < args.port < 65536 \
             or not 1 <= args.max_batch <= 256:
         raise AprError(ErrorCode.ARGUMENT, "--max-tokens, --max-queue, --max-batch and --port "
@@ -58,6 +60,11 @@ def run_serve(args: argparse.Namespace) -> int:
         print("apr: warning: serving on {} without --api-key: anyone who can reach it may "
               "use it".format(args.host), file=sys.stderr)
     path = resolve_model(args.model)
+    settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
+                              max_body=parse_size(args.max_body),
+                              cors_origins=tuple(args.cors or ()))
+    if is_speech_model(path):       # Whisper: OpenAI's audio routes (server/speech_app.py)
+        return _serve_speech(args, path, settings)
     template = chat_template_arg.option(args)
     # A template that cannot render would fail every chat request: refuse to start.
     chat_template_arg.check_before_serving(path, template)
@@ -70,14 +77,29 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.speculate or args.draft else None
     engine = ServingEngine(path, args.model_id or model_id_for(args.model),
                            options, max_queue=args.max_queue, speculative=speculative)
-    settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
-                              max_body=parse_size(args.max_body),
-                              cors_origins=tuple(args.cors or ()))
     if not quiet():
         print("apr: serving '{}' on http://{}:{}/v1 (GET /ready answers 200 once the model "
               "is loaded)".format(engine.model_id, args.host, args.port), file=sys.stderr)
     uvicorn.run(create_app(engine, settings), host=args.host, port=args.port,
                 log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
+def _serve_speech(args: argparse.Namespace, path: str, settings: Any) -> int:
+    """A Whisper model: transcriptions on one worker thread (server/speech_engine.py)."""
+    import uvicorn
+
+    from apr_native.server.speech_app import create_speech_app
+    from apr_native.server.speech_engine import SpeechEngine
+    engine = SpeechEngine(path, args.model_id or model_id_for(args.model),
+                          max_queue=args.max_queue)
+    if not quiet():
+        print("apr: serving speech model '{}' on http://{}:{}/v1/audio/transcriptions (GET "
+              "/ready answers 200 once the model is loaded)".format(
+                  engine.model_id, args.host, args.port), file=sys.stderr)
+    app = create_speech_app(engine, settings, max_upload=parse_size(args.max_upload))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=5)
     return 0
 
 
@@ -104,6 +126,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cors", action="append", metavar="ORIGIN",
                    help="let web pages from ORIGIN call the API ('*' for any; repeatable)")
     p.add_argument("--max-body", default="4M", help="largest request body (e.g. 64K, 4M)")
+    p.add_argument("--max-upload", default="25M",
+                   help="largest audio upload of a speech model (POST /v1/audio/...)")
     p.add_argument("--dequantize", action="store_true",
                    help="dequantize weights to f32 at load (faster decode, more memory)")
     p.add_argument("--log-level", default="warning", choices=LOG_LEVELS)

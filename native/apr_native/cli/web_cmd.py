@@ -1,10 +1,11 @@
 """`apr web MODEL_DIR`: serve the browser shell and a model directory from one origin.
 
 The page (web/index.html) boots Pyodide in a Web Worker, streams the models' shards by HTTP
-Range requests and caches them in IndexedDB. Everything is served locally: the shell, the
-Pyodide distribution, an apr_core wheel built from this checkout and MODEL_DIR at /models/.
-The page's URL box also takes hf://ORG/REPO[:QUANT|/FILE][@REV], fetched from the Hub
-(--hf-endpoint) into the same verified cache.
+Range requests and caches them in IndexedDB; web/speech.html transcribes audio with a
+Whisper APR file of MODEL_DIR (listed with kind "speech"). Everything is served locally:
+the shell, the Pyodide distribution, an apr_core wheel built from this checkout and
+MODEL_DIR at /models/. The page's URL box also takes hf://ORG/REPO[:QUANT|/FILE][@REV],
+fetched from the Hub (--hf-endpoint) into the same verified cache.
 """
 from __future__ import annotations
 
@@ -27,12 +28,15 @@ _SHARD = re.compile(r"-\d{5}-of-\d{5}\.(apr|safetensors)\Z")
 
 
 def list_models(directory: str) -> List[Dict[str, object]]:
-    """Model files a page can open: single files and sharded manifests, not their shards."""
+    """Model files a page can open: single files and sharded manifests, not their shards;
+    `kind` is "speech" for Whisper models (the speech page's), else "text"."""
+    from apr_native.server.speech_engine import is_speech_model
     found = []
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if name.endswith(MODEL_SUFFIXES) and not _SHARD.search(name) and os.path.isfile(path):
-            found.append({"name": name, "url": "models/" + name, "size": os.path.getsize(path)})
+            found.append({"name": name, "url": "models/" + name, "size": os.path.getsize(path),
+                          "kind": "speech" if is_speech_model(path) else "text"})
     return found
 
 
@@ -63,12 +67,15 @@ def run_web(args: argparse.Namespace) -> int:
                 args.host, args.port, exc.strerror or exc))
         url = server.url("/")
         if args.json:
-            emit_json({"url": url, "models": models, "pyodide": args.pyodide,
+            emit_json({"url": url, "speech_url": server.url("/speech.html"),
+                       "models": models, "pyodide": args.pyodide,
                        "model_dir": directory, "hf_endpoint": endpoint})
         else:
             print("serving {} model(s) from {}".format(len(models), directory))
             for model in models:
                 print("  {}  {}".format(model["url"], human_bytes(model["size"])))
+            if any(model["kind"] == "speech" for model in models):
+                print("speech to text: {}".format(server.url("/speech.html")))
             print("open {}  (Ctrl-C to stop)".format(url), flush=True)
         try:
             server.serve_forever()

@@ -37,6 +37,7 @@ from .errors import ApiError, error_response, from_apr_error
 from .metrics import MeasureMiddleware, Metrics
 from .openai_format import Completion, embedding_list, model_card, model_list
 from .streaming import EventStream, Recorder, collect
+from .transcriptions import TASKS as AUDIO_ROUTES, not_a_speech_model
 
 DEFAULT_MAX_BODY = 4 << 20      # bytes; a long chat history is well under this
 DEFAULT_MAX_TOKENS = 512        # per-request cap on generated tokens
@@ -154,6 +155,9 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         return JSONResponse(embedding_list(result.vectors, req.encoding_format,
                                            engine.model_id, result.prompt_tokens))
 
+    async def audio(request: Request) -> Any:
+        raise not_a_speech_model(engine.model_id)     # Whisper models: speech_app.py
+
     async def models(request: Request) -> Any:
         return JSONResponse(model_list(engine.model_id, engine.created, meta()))
 
@@ -192,6 +196,8 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
         Route("/v1/embeddings", endpoint(embeddings), methods=["POST"]),
         Route("/v1/models", endpoint(models, needs_model=False), methods=["GET"]),
+        *(Route(path, endpoint(audio, needs_model=False), methods=["POST"])
+          for path in AUDIO_ROUTES),
         Route("/v1/models/{model:path}", endpoint(model, needs_model=False), methods=["GET"]),
         Route("/health", endpoint(health, protected=False, needs_model=False)),
         Route("/ready", endpoint(ready, protected=False, needs_model=False)),

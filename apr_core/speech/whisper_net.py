@@ -1,0 +1,204 @@
+"""The Whisper network in numpy (float32): encoder, decoder with KV cache, logits.
+
+Encoder: two conv1d (kernel 3, padding 1; the second with stride 2) each followed by GELU,
+plus sinusoidal positions, pre-LayerNorm blocks (self-attention, MLP with GELU), final
+LayerNorm. Decoder: token embedding + learned positions, pre-LN blocks (causal
+self-attention with a KV cache, cross-attention on the encoder output whose K/V are
+computed once per window, MLP), final LayerNorm; logits = hidden @ embedding^T.
+
+Weights use the APR Whisper names (`names.py`); the fused projections are kept fused
+(self-attention q|k|v as one [3d, d] matrix, cross-attention k|v as [2d, d]), so each is
+one matrix product. Matrix products go through `self.matmul` (numpy's `@` by default), the
+seam where a native backend may plug in a faster kernel.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, NamedTuple, Optional
+
+import numpy as np
+
+LN_EPS = 1e-5
+# Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, below float32 resolution of GELU's range):
+# numpy has no erf, and the exact-erf GELU is what Whisper uses.
+_AS_P = 0.3275911
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+class WhisperConfig(NamedTuple):
+    """Hyperparameters (OpenAI's ModelDimensions names)."""
+
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Elementwise erf in float32 (A&S 7.1.26)."""
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + _AS_P * a)
+    poly = t * (_AS_A[0] + t * (_AS_A[1] + t * (_AS_A[2] + t * (_AS_A[3] + t * _AS_A[4]))))
+    return (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    return (0.5 * x * (1.0 + erf(x * np.float32(0.7071067811865476)))).astype(np.float32)
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """LayerNorm over the last axis."""
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = (centred * centred).mean(axis=-1, keepdims=True)
+    return (centred / np.sqrt(var + LN_EPS) * gamma + beta).astype(np.float32)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _heads(x: np.ndarray, n_head: int) -> np.ndarray:
+    """[..., T, d] -> [..., H, T, d/H]."""
+    *lead, t, d = x.shape
+    return np.ascontiguousarray(np.swapaxes(x.reshape(*lead, t, n_head, d // n_head), -2, -3))
+
+
+def _merge(x: np.ndarray) -> np.ndarray:
+    """[..., H, T, dh] -> [..., T, H*dh]."""
+    x = np.swapaxes(x, -2, -3)
+    return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+              mask: Optional[np.ndarray] = None) -> np.ndarray:
+    """[..., H, Tq, dh] x [..., H, Tk, dh] -> [..., H, Tq, dh] (scaled dot product)."""
+    scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
+    scores = np.matmul(q * scale, np.swapaxes(k, -1, -2))       # [..., H, Tq, Tk]
+    if mask is not None:
+        scores = scores + mask
+    return np.matmul(softmax(scores).astype(np.float32), v)
+
+
+def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x [..., in] @ w[out, in]^T -> [..., out], as one 2-D product: numpy's stacked
+    matmul does not hand a transposed operand to BLAS, the 2-D one does."""
+    flat = x.reshape(-1, x.shape[-1])                           # [N, in]
+    return (flat @ w.T).reshape(x.shape[:-1] + (w.shape[0],))
+
+
+class DecoderState:
+    """Per-window decoder cache: cross-attention K/V of every layer (shared by all beams)
+    and the self-attention K/V of each hypothesis ([B, H, T, dh] per layer)."""
+
+    def __init__(self, cross: List[tuple]) -> None:
+        self.cross = cross                      # per layer: (k, v), each [H, S, dh]
+        self.self_k: List[Optional[np.ndarray]] = [None] * len(cross)
+        self.self_v: List[Optional[np.ndarray]] = [None] * len(cross)
+        self.length = 0
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Keep hypotheses `rows` (beam search: index of each surviving beam's parent)."""
+        for i, k in enumerate(self.self_k):
+            if k is not None:
+                self.self_k[i] = k[rows]
+                self.self_v[i] = self.self_v[i][rows]
+
+
+class WhisperNet:
+    """Forward passes over float32 weights (name -> array)."""
+
+    def __init__(self, config: WhisperConfig, weights: Dict[str, np.ndarray],
+                 matmul: Optional[Callable[[np.ndarray, np.ndarray], np.ndarray]] = None) -> None:
+        self.config = config
+        self.w = weights
+        self.matmul = matmul or _matmul
+
+    def linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x [..., in] @ W[out, in]^T + b -> [..., out]."""
+        y = self.matmul(x, self.w[name + ".weight"])
+        bias = self.w.get(name + ".bias")
+        return y + bias if bias is not None else y
+
+    def _conv(self, x: np.ndarray, name: str, stride: int) -> np.ndarray:
+        """[C_in, T] -> [C_out, T / stride]: kernel 3, padding 1, as three matmuls."""
+        weight = self.w[name + ".weight"]                           # [C_out, C_in, 3]
+        padded = np.pad(x, ((0, 0), (1, 1)))
+        t_out = (x.shape[1] - 1) // stride + 1
+        out = np.zeros((weight.shape[0], t_out), dtype=np.float32)
+        for k in range(weight.shape[2]):
+            taps = padded[:, k:k + stride * (t_out - 1) + 1:stride]  # [C_in, T_out]
+            out += weight[:, :, k] @ taps
+        return out + self.w[name + ".bias"][:, None]
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        """[n_mels, 3000] log-mel -> [n_audio_ctx, n_audio_state] encoder output."""
+        x = gelu(self._conv(mel.astype(np.float32), "encoder.conv1", 1))    # [d, 3000]
+        x = gelu(self._conv(x, "encoder.conv2", 2))                          # [d, 1500]
+        x = np.ascontiguousarray(x.T) + self.w["encoder.positional_embedding"]  # [1500, d]
+        heads = self.config.n_audio_head
+        for i in range(self.config.n_audio_layer):
+            p = "encoder.blocks.{}.".format(i)
+            h = layer_norm(x, self.w[p + "attn_ln.weight"], self.w[p + "attn_ln.bias"])
+            q, k, v = np.split(self.linear(h, p + "attn.qkv"), 3, axis=-1)  # 3 x [T, d]
+            a = attention(_heads(q, heads), _heads(k, heads), _heads(v, heads))
+            x = x + self.linear(_merge(a), p + "attn.out")
+            h = layer_norm(x, self.w[p + "mlp_ln.weight"], self.w[p + "mlp_ln.bias"])
+            x = x + self.linear(gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
+        return layer_norm(x, self.w["encoder.ln_post.weight"], self.w["encoder.ln_post.bias"])
+
+    def start(self, audio_features: np.ndarray) -> DecoderState:
+        """A decoder state over one window's encoder output [S, d] (cross K/V computed)."""
+        heads = self.config.n_text_head
+        cross = []
+        for i in range(self.config.n_text_layer):
+            kv = self.linear(audio_features, "decoder.blocks.{}.cross_attn.kv".format(i))
+            k, v = np.split(kv, 2, axis=-1)                             # 2 x [S, d]
+            cross.append((_heads(k, heads), _heads(v, heads)))          # [H, S, dh]
+        return DecoderState(cross)
+
+    def decode(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        """tokens [B, n] at positions state.length.. -> hidden [B, n, d]; extends the cache."""
+        b, n = tokens.shape
+        start = state.length
+        if start + n > self.config.n_text_ctx:
+            raise ValueError("decoder context exceeded")
+        x = self.w["decoder.token_embedding.weight"][tokens] + \
+            self.w["decoder.positional_embedding"][start:start + n]    # [B, n, d]
+        heads = self.config.n_text_head
+        # [n, start + n] causal mask for the new tokens over cache + themselves
+        mask = np.triu(np.full((n, start + n), -np.inf, dtype=np.float32), k=start + 1) \
+            if n > 1 else None
+        for i in range(self.config.n_text_layer):
+            p = "decoder.blocks.{}.".format(i)
+            h = layer_norm(x, self.w[p + "attn_ln.weight"], self.w[p + "attn_ln.bias"])
+            q, k, v = np.split(self.linear(h, p + "attn.qkv"), 3, axis=-1)  # 3 x [B, n, d]
+            k, v = _heads(k, heads), _heads(v, heads)                   # [B, H, n, dh]
+            if state.self_k[i] is not None:
+                k = np.concatenate([state.self_k[i], k], axis=2)
+                v = np.concatenate([state.self_v[i], v], axis=2)
+            state.self_k[i], state.self_v[i] = k, v
+            a = attention(_heads(q, heads), k, v, mask)
+            x = x + self.linear(_merge(a), p + "attn.out")
+            h = layer_norm(x, self.w[p + "cross_attn_ln.weight"], self.w[p + "cross_attn_ln.bias"])
+            ck, cv = state.cross[i]
+            a = attention(_heads(self.linear(h, p + "cross_attn.query"), heads), ck, cv)
+            x = x + self.linear(_merge(a), p + "cross_attn.out")
+            h = layer_norm(x, self.w[p + "mlp_ln.weight"], self.w[p + "mlp_ln.bias"])
+            x = x + self.linear(gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
+        state.length = start + n
+        return layer_norm(x, self.w["decoder.ln.weight"], self.w["decoder.ln.bias"])
+
+    def logits(self, hidden: np.ndarray) -> np.ndarray:
+        """[..., d] -> [..., n_vocab] (tied output projection)."""
+        return self.matmul(hidden, self.w["decoder.token_embedding.weight"])
+
+
+__all__ = ["WhisperConfig", "WhisperNet", "DecoderState", "gelu", "erf", "layer_norm"]

@@ -1,0 +1,199 @@
+"""Whisper base speed: apr natively and in Chromium against faster-whisper (CTranslate2)
+int8 and float32, as the real-time factor (seconds of audio per wall second; higher is
+faster) on one > 30 s espeak-ng clip, at the same thread count.
+
+* apr (native): `apr_core.speech.transcribe` on the APR file `apr import` writes from the
+  same CTranslate2 directory, numpy's BLAS limited to `--threads`;
+* apr (chromium): the speech page (web/speech.html, Pyodide 0.17 + numpy, no BLAS) on the
+  same samples, timed inside the worker (decoding by WebAudio is not counted);
+* faster-whisper int8 / float32: `WhisperModel(dir, compute_type=..., cpu_threads=threads)`.
+All decode greedily (beam 1) with the same temperature fallback and no VAD. Rounds
+alternate between the peers so load from elsewhere on the machine falls on all alike; the
+best round of each counts. The word error rate against the text espeak-ng spoke is printed
+too (a check that every peer did the same work).
+
+whisper.cpp: PyPI has `pywhispercpp` wheels, but they load ggml model files that are only
+downloaded from the Hugging Face hub, which this machine cannot reach: not measured.
+
+    .venv/bin/python bench/whisper.py [--rounds 3] [--threads 2] [--no-browser] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+PARSER = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+PARSER.add_argument("--rounds", type=int, default=3, help="alternating rounds (best counts)")
+PARSER.add_argument("--browser-rounds", type=int, default=1,
+                    help="rounds of the (slow) Chromium peer, within the first rounds")
+PARSER.add_argument("--threads", type=int, default=2, help="threads of every native peer")
+PARSER.add_argument("--no-browser", action="store_true", help="skip apr in Chromium")
+PARSER.add_argument("--json", action="store_true", help="print the results as JSON")
+ARGS = PARSER.parse_args() if __name__ == "__main__" else None
+if ARGS is not None:   # before numpy loads: its BLAS reads these once
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(ARGS.threads)
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
+
+# About 40 s at espeak-ng's default 175 words per minute: two 30 s windows.
+SCRIPT = ("The history of the printing press begins in the fifteenth century. Before it, "
+          "every book was copied by hand, which made books rare and expensive. A goldsmith "
+          "named Johannes Gutenberg combined a screw press with metal letters that could be "
+          "moved and used again. Within fifty years, printers worked in more than two hundred "
+          "cities across Europe. Prices fell, more people learned to read, and new ideas "
+          "travelled faster than ever before. Scientists shared their results, merchants "
+          "printed price lists, and newspapers appeared in the following century. Today we "
+          "carry a library in our pockets, but the idea is the same: copy words cheaply and "
+          "let them reach everyone.")
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def words(text: str) -> list:
+    return "".join(c if c.isalnum() or c.isspace() else " " for c in text.lower()).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Levenshtein distance over words / reference words."""
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1] / max(1, len(ref))
+
+
+def make_clip(folder: str) -> str:
+    path = os.path.join(folder, "speech.wav")
+    subprocess.run(["espeak-ng", "-w", path, SCRIPT], check=True, capture_output=True)
+    return path
+
+
+def native_peers(model_dir: str, apr_path: str, threads: int) -> dict:
+    """name -> function(samples) -> text."""
+    from faster_whisper import WhisperModel
+
+    from apr_core.speech.model import load_whisper
+    from apr_core.speech.transcribe import transcribe
+    apr_model = load_whisper(apr_path)
+    peers = {"apr (native)": lambda s: transcribe(apr_model, s, beam_size=1)["text"]}
+    for compute in ("int8", "float32"):
+        model = WhisperModel(model_dir, device="cpu", compute_type=compute,
+                             cpu_threads=threads)
+
+        def run(samples, model=model):
+            segments, _ = model.transcribe(samples, beam_size=1, vad_filter=False,
+                                           condition_on_previous_text=True)
+            return "".join(seg.text for seg in segments).strip()
+        peers["faster-whisper " + compute] = run
+    return peers
+
+
+class BrowserPeer:
+    """The speech page in Chromium with the APR file loaded; `run(samples)` -> (text, s)."""
+
+    def __init__(self, apr_path: str) -> None:
+        from playwright.sync_api import sync_playwright
+
+        from apr_native.cli.web_cmd import list_models
+        from apr_native.web_bundle import prepare_site, site_mounts
+        from apr_native.web_server import StaticServer
+        self.site_dir = tempfile.mkdtemp(prefix="apr-bench-site-")
+        models_dir = os.path.dirname(apr_path)
+        prepare_site(self.site_dir, flavor="017", models=list_models(models_dir))
+        self.server = StaticServer(site_mounts(self.site_dir, models_dir)).start()
+        self.play = sync_playwright().start()
+        self.browser = self.play.chromium.launch(executable_path=shutil.which("chromium"),
+                                                 args=CHROMIUM_FLAGS)
+        self.page = self.browser.new_page()
+        self.page.set_default_timeout(3_600_000)
+        self.page.goto(self.server.url("/speech.html?model=models/" +
+                                       os.path.basename(apr_path)))
+        self.page.wait_for_function("document.body.dataset.runtime === 'ready'")
+        self.page.click("#load-button")
+        self.page.wait_for_function("['ready', 'error'].includes(document.body.dataset.model)")
+        if self.page.evaluate("document.body.dataset.model") != "ready":
+            raise RuntimeError(self.page.inner_text("#error"))
+
+    def run(self, samples) -> tuple:
+        import base64
+        encoded = base64.b64encode(samples.astype("<f4").tobytes()).decode()
+        result = self.page.evaluate("""async (b64) => {
+            const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+            return speech.call("transcribe", bytes.buffer, {beam_size: 1}); }""", encoded)
+        return result["text"], result["wall_s"]
+
+    def close(self) -> None:
+        self.browser.close()
+        self.play.stop()
+        self.server.stop()
+        shutil.rmtree(self.site_dir, ignore_errors=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    from apr_core.speech.audio import SAMPLE_RATE, read_audio
+    from apr_native.real_models import locate
+    model_dir = str(locate("whisper-base"))
+    work = tempfile.mkdtemp(prefix="apr-bench-whisper-")
+    try:
+        apr_path = os.path.join(work, "whisper-base.apr")
+        subprocess.run([sys.executable, "-m", "apr_native.cli.main", "import", model_dir,
+                        "-o", apr_path], check=True, capture_output=True,
+                       env=dict(os.environ, APR_QUIET="1"))
+        with open(make_clip(work), "rb") as handle:
+            samples = read_audio(handle.read())
+        audio_s = len(samples) / SAMPLE_RATE
+        peers = native_peers(model_dir, apr_path, args.threads)
+        browser = None if args.no_browser else BrowserPeer(apr_path)
+        best = {}
+        texts = {}
+        runs = {}
+        for round_index in range(args.rounds):
+            for name, fn in peers.items():
+                start = time.perf_counter()
+                texts[name] = fn(samples)
+                elapsed = time.perf_counter() - start
+                runs.setdefault(name, []).append(elapsed)
+                best[name] = min(best.get(name, elapsed), elapsed)
+            if browser is not None and round_index < args.browser_rounds:
+                text, elapsed = browser.run(samples)
+                texts["apr (chromium)"] = text
+                runs.setdefault("apr (chromium)", []).append(elapsed)
+                best["apr (chromium)"] = min(best.get("apr (chromium)", elapsed), elapsed)
+        if browser is not None:
+            browser.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load = os.getloadavg()[0]
+    rows = [{"peer": name, "best_s": best[name], "rtf": audio_s / best[name],
+             "runs_s": runs[name], "wer": word_error_rate(SCRIPT, texts[name])}
+            for name in best]
+    if args.json:
+        print(json.dumps({"audio_s": audio_s, "threads": args.threads, "rounds": args.rounds,
+                          "load_average": load, "results": rows,
+                          "whisper_cpp": "not measured: its ggml models come only from the "
+                                         "Hugging Face hub"}, indent=2))
+        return 0
+    print("Whisper base, {:.1f} s espeak-ng clip, {} thread(s), best of {} alternating "
+          "rounds (load average {:.2f})".format(audio_s, args.threads, args.rounds, load))
+    print("{:<24} {:>9} {:>8} {:>6}   runs (s)".format("peer", "best (s)", "RTF", "WER"))
+    for row in rows:
+        print("{:<24} {:>9.2f} {:>7.2f}x {:>6.3f}   {}".format(
+            row["peer"], row["best_s"], row["rtf"], row["wer"],
+            " ".join("{:.1f}".format(r) for r in row["runs_s"])))
+    print("whisper.cpp: not measured (pywhispercpp's ggml models come only from the hub)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(ARGS))

@@ -1,0 +1,88 @@
+/**
+ * The speech page's Web Worker: boots Pyodide with numpy (0.17 by default), loads a Whisper
+ * APR file and transcribes the samples the page decoded (apr_webspeech.py). Same protocol
+ * as worker.js, so the page drives it with `AprClient`: `{id, op, args}` in, `{id, ok,
+ * result | error}` and `{event, data}` (download progress) out.
+ */
+import { bootPyodide, DEFAULTS } from "./boot.js";
+import { ShellError, codes, toPlainError } from "./errors.js";
+import { SimdMatmul } from "./simd_kernel.js";
+import { fetchFile } from "./transport.js";
+
+const MODEL_PATH = "/tmp/whisper.apr";
+const SAMPLES_PATH = "/tmp/speech.f32";
+let runtime = null;
+let queue = Promise.resolve();
+
+const emit = (event, data) => self.postMessage({ event, data });
+
+/** Call `apr_webspeech.<fn>(*args)` (a plain function returning JSON text). */
+function python(fn, ...args) {
+  if (!runtime) throw new ShellError(codes.BOOT, "the runtime is not booted yet");
+  self.aprArgs = JSON.stringify(args);
+  const result = JSON.parse(runtime.py.runPython(
+    `import apr_webspeech, js, json\napr_webspeech.${fn}(*json.loads(js.aprArgs))`));
+  if (result && result.error) {
+    const e = result.error;
+    throw new ShellError(codes.PYTHON, e.category ? `${e.code} ${e.category}: ${e.message}` : `${e.code}: ${e.message}`, e);
+  }
+  return result;
+}
+
+const ops = {
+  async boot(config = {}) {
+    if (!runtime) {
+      // Whisper needs numpy: Pyodide 0.17 ships it offline (314 only from a CDN's indexURL).
+      runtime = await bootPyodide({ flavor: "017", ...config, numpy: true,
+        glue: [...DEFAULTS.glue, "src/apr_webspeech.py"] }, config.base || self.location.href);
+      runtime.kernels = "numpy";
+      if ((config.kernels || "simd") !== "numpy") {
+        try {
+          // The shell's WebAssembly SIMD float32 matmul (threads where the page is
+          // cross-origin isolated) for the model's linear layers; numpy's otherwise.
+          if (!(runtime.py._module && runtime.py._module.HEAPU8)) throw new Error("no heap access");
+          self.aprSimd = await SimdMatmul.create(() => runtime.py._module.HEAPU8,
+            { threads: config.threads || navigator.hardwareConcurrency || 1 });
+          runtime.threads = self.aprSimd.threads;
+          runtime.kernels = "wasm-simd";
+        } catch (err) { /* no WebAssembly SIMD here: numpy's matmul stays */ }
+      }
+    }
+    return { flavor: runtime.flavor, python: runtime.python, numpy: runtime.numpy,
+             kernels: runtime.kernels, threads: runtime.threads || 1 };
+  },
+  /** Download a Whisper APR file (progress events) into Pyodide's memory and load it. */
+  async load(url) {
+    if (!runtime) throw new ShellError(codes.BOOT, "the runtime is not booted yet");
+    const bytes = await fetchFile(url, (loaded, total) => emit("progress", { url, loaded, total }));
+    runtime.FS.writeFile(MODEL_PATH, bytes);
+    try {
+      return { ...python("load", MODEL_PATH, url, runtime.kernels === "wasm-simd"), bytes: bytes.length };
+    } finally {
+      runtime.FS.unlink(MODEL_PATH);   // the weights are numpy arrays now: free the file
+    }
+  },
+  /** Transcribe float32 mono 16 kHz samples (an ArrayBuffer, transferred). */
+  transcribe(buffer, options = {}) {
+    if (!runtime) throw new ShellError(codes.BOOT, "the runtime is not booted yet");
+    runtime.FS.writeFile(SAMPLES_PATH, new Uint8Array(buffer));
+    try {
+      return python("transcribe_file", SAMPLES_PATH, JSON.stringify(options));
+    } finally {
+      runtime.FS.unlink(SAMPLES_PATH);
+    }
+  },
+};
+
+self.onmessage = (message) => {
+  const { id, op, args = [] } = message.data;
+  // One Python interpreter: operations run one after another, in arrival order.
+  queue = queue.then(async () => {
+    try {
+      if (!ops[op]) throw new ShellError(codes.ARGUMENT, `unknown operation ${op}`);
+      self.postMessage({ id, ok: true, result: await ops[op](...args) });
+    } catch (err) {
+      self.postMessage({ id, ok: false, error: toPlainError(err) });
+    }
+  });
+};
