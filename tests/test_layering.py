@@ -25,8 +25,10 @@ LAYERS = [
     ("formats", ["apr_core.formats"]),           # read and write, no conversion
     ("quant", ["apr_core.quant"]),
     ("text", ["apr_core.text"]),
-    ("model", ["apr_core.model", "apr_core.name_maps"]),   # the network
-    ("runtime", ["apr_core.runtime"]),           # text model, generation, sampling, batching
+    ("model", ["apr_core.model", "apr_core.name_maps",   # the network
+               "apr_core.gpu"]),                          # ... on a WebGPU device
+    ("runtime", ["apr_core.runtime",            # text model, generation, sampling, batching
+                 "apr_core.speech"]),            # Whisper: audio, mel, model, decoding
     ("orchestration", ["apr_core.conversion", "apr_core.stats", "apr_core.trace",
                        "apr_core.transforms"]),
     ("native", ["apr_native", "apr_native.kernels", "apr_native.backends",
@@ -37,8 +39,8 @@ LAYERS = [
     # the TUI is a CLI front end; apr compile's builders use web_bundle and cli's helpers
     ("cli", ["apr_native.cli", "apr_native.tui", "apr_native.compile"]),
     ("shell-source", ["apr_websource", "apr_webcrypto", "apr_webkernel", "apr_webhub",
-                      "apr_webplace"]),
-    ("shell-run", ["apr_webrun"]),
+                      "apr_webplace", "apr_webgpu"]),
+    ("shell-run", ["apr_webrun", "apr_webspeech"]),   # generation; Whisper (speech page)
     ("shell", ["apr_web"]),
 ]
 

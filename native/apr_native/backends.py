@@ -2,7 +2,7 @@
 
     from apr_native import backends
     kernels = backends.select()          # "auto": APR_BACKEND if set, else the fastest
-    kernels = backends.select("numba")   # or name one: numpy | numba | cuda
+    kernels = backends.select("numba")   # or name one: numpy | numba | cuda | webgpu
     model = TextModel.load(path, kernels=kernels)
 
 `select` registers the backend's "matmul" kernels (one per block type it implements),
@@ -13,6 +13,8 @@ is the model's, never process-wide: two models in one process may use different 
 Model code is shared by every backend and never copied; weight types a backend lacks fall
 back to numpy's kernel.
 
+"webgpu" (never automatic) runs the whole forward pass on a WebGPU device (`apr_native.gpu`;
+the CPU backend when there is no adapter, with the reason logged).
 "cuda" is automatic only with a real device (`numba.cuda.is_available()`); it runs the
 kinds "matmul" and "attention" (the other kinds use the references). With
 `NUMBA_ENABLE_CUDASIM=1` numba's simulator runs the same kernels on the CPU (for tests;
@@ -28,7 +30,7 @@ from typing import Dict, List, Optional
 from apr_core.errors import AprError, ErrorCode
 from apr_core.quant import registry
 
-NAMES = ("numpy", "numba", "cuda")
+NAMES = ("numpy", "numba", "cuda", "webgpu")
 ENV = "APR_BACKEND"
 THREADS_ENV = "APR_THREADS"
 CUDA_EMULATE_ENV = "APR_CUDA_EMULATE"
@@ -132,6 +134,9 @@ def select(name: Optional[str] = None) -> registry.Kernels:
     wanted = (name or os.environ.get(ENV) or "auto").strip().lower()
     if wanted == "auto":
         wanted = available()[0]
+    if wanted == "webgpu":       # the whole model on a WebGPU device, else the best CPU one
+        from .gpu.backend import webgpu_kernels
+        return webgpu_kernels(select(next(n for n in available() if n != "cuda")))
     if wanted not in NAMES:
         raise AprError(ErrorCode.ARGUMENT, "unknown backend", backend=wanted,
                        choices=", ".join(("auto",) + NAMES))

@@ -39,7 +39,8 @@ def test_the_folder_holds_page_runtime_wheel_and_verified_shards(site, smollm2_g
     web = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "web")
     for name in ("index.html", "src/app.js", "src/worker.js", "src/apr_web.py",
-                 "site/apr_core.whl", "pyodide/017/pyodide.js", "pyodide/017/numpy.data"):
+                 "src/apr_webgpu.py", "src/gpu_client.js", "src/gpu_worker.js",
+                 "src/gpu_protocol.js", "site/apr_core.whl", "pyodide/017/pyodide.js", "pyodide/017/numpy.data"):
         assert name in files, name
     assert files["src/worker.js"] == os.path.getsize(os.path.join(web, "src", "worker.js"))
     assert not [n for n in files if n.endswith((".c", ".wat"))]     # build sources stay out

@@ -35,6 +35,7 @@ async function loadConfig() {
   if (query.get("indexURL")) config.indexURL = query.get("indexURL");
   if (query.get("numpy")) config.numpy = query.get("numpy") === "1";
   if (query.get("kernels")) config.kernels = query.get("kernels");
+  if (query.get("backend")) config.backend = query.get("backend");   // webgpu | cpu | auto
   if (query.get("threads")) config.threads = Number(query.get("threads"));  // default: every core
   if (query.get("hfEndpoint")) config.hfEndpoint = query.get("hfEndpoint");  // else apr web --hf-endpoint
   for (const key of ["chunkSize", "maxBytes"]) {  // shard cache settings (see shard_cache.js)
@@ -97,10 +98,14 @@ async function loadModel(url) {
   $("chat").classList.add("hidden");
   try {
     await booted;
-    const info = await apr.load(url);
+    const info = await apr.load(url, { backend: $("backend").value });
     $("load-title").textContent = "Ready";
     $("load-bar").style.width = "100%";
-    $("model-info").textContent = `${url} · ${info.arch} · ${info.layers} layers · vocabulary ${info.vocab}`;
+    // WebGPU's adapter, or the CPU kernels with the reason there is no GPU
+    device = info.adapter ? `WebGPU (${info.adapter})` : `CPU, ${info.kernels}` +
+      ($("backend").value === "cpu" || !info.gpu_reason ? "" : ` (no WebGPU: ${info.gpu_reason})`);
+    document.body.dataset.backend = info.adapter ? "webgpu" : "cpu";
+    $("model-info").textContent = `${url} · ${info.arch} · ${info.layers} layers · vocabulary ${info.vocab} · ${device}`;
     $("messages").replaceChildren();
     conversation.length = 0;
     $("chat").classList.remove("hidden");
@@ -125,6 +130,7 @@ $("load-form").addEventListener("submit", (event) => {
 
 const conversation = [];
 let streaming = null;
+let device = "";   // where the loaded model runs, shown next to the speed
 apr.on("token", (t) => {
   if (!streaming) return;
   streaming.textContent += t.text;
@@ -146,8 +152,9 @@ async function send(text) {
     $("speed").textContent = `${result.tokens} tokens${speed} · prompt ${result.prompt_tokens} tokens in ${result.prefill_s.toFixed(2)} s`;
     apr.memory().then((held) => {   // the weights' memory and Python's, next to the speed
       const mb = (n) => (n / 2 ** 20).toFixed(0);
-      $("speed").textContent += ` · memory ${mb(held.kernels)} MB weights + ${mb(held.python)} MB Python` +
-        (runtimeInfo.threads > 1 ? ` · ${runtimeInfo.threads} threads` : " · 1 thread");
+      const weights = held.gpu ? `${mb(held.gpu)} MB GPU` : `${mb(held.kernels)} MB weights`;
+      $("speed").textContent += ` · memory ${weights} + ${mb(held.python)} MB Python · ${device}` +
+        (held.gpu ? "" : runtimeInfo.threads > 1 ? ` · ${runtimeInfo.threads} threads` : " · 1 thread");
     }, () => {});
   } catch (err) {
     showError(err);
@@ -244,13 +251,16 @@ let runtimeInfo = {};
 const booted = (async () => {
   const config = await loadConfig();
   $("model-url").value = config.defaultModel;
+  if (config.backend) $("backend").value = config.backend;
   $("model-list").replaceChildren(...(config.models || []).map((m) => el("option", { value: m.url, label: m.name || m.url })));
   try {
     runtimeInfo = await apr.boot(config);
     const threads = runtimeInfo.threads > 1 ? ` · ${runtimeInfo.threads} threads`
       : runtimeInfo.kernels === "wasm-simd" && !runtimeInfo.isolated ? " · 1 thread (page not cross-origin isolated)" : "";
     const simd = runtimeInfo.kernels === "wasm-simd" ? " · SIMD" + threads : "";
-    $("runtime").textContent = `Python ${runtimeInfo.python}${runtimeInfo.numpy ? " · numpy" : ""}${simd} · Pyodide ${runtimeInfo.flavor === "017" ? "0.17" : "314"}`;
+    const gpu = runtimeInfo.gpu ? ` · WebGPU ${runtimeInfo.gpu}` : "";
+    $("runtime").textContent = `Python ${runtimeInfo.python}${runtimeInfo.numpy ? " · numpy" : ""}${simd}${gpu} · Pyodide ${runtimeInfo.flavor === "017" ? "0.17" : "314"}`;
+    $("runtime").title = runtimeInfo.gpu ? "Python runtime; WebGPU adapter" : `Python runtime; no WebGPU: ${runtimeInfo.gpuReason}`;
     $("runtime").className = "pill pill-ok";
     document.body.dataset.runtime = "ready";
     // A compiled site (apr compile --target web) names its bundled model: load it on open.

@@ -117,12 +117,16 @@ def forget(url: str) -> str:
     if model is not None:
         model.close()
     if _state.get("url") == url:
+        on_gpu = getattr(_state.get("engine"), "backend", None) == "webgpu"
         _state.pop("model", None)   # the worker's kernels stay chosen
         _state.pop("engine", None)
         _state.pop("url", None)
         release = _state.get("release_kernels")
         if release is not None:
             release()   # the weights placed in the kernels' memory go with it
+        if on_gpu:
+            import apr_webgpu
+            apr_webgpu.release()    # and its GPU buffers
     return json.dumps({"forgotten": model is not None})
 
 

@@ -21,15 +21,42 @@ def _release_kernel_memory() -> None:
     """Drop the previous model's weights from the kernels' memory (a fresh memory: a
     WebAssembly memory cannot shrink) and the handles that pointed into it."""
     release = _state.get("release_kernels")
+    on_gpu = getattr(_state.get("engine"), "backend", None) == "webgpu"
     _state.pop("engine", None)
     _state.pop("model", None)
+    _state.pop("source_model", None)
     if release is not None:
         release()
+    if on_gpu:
+        import apr_webgpu
+        apr_webgpu.release()    # the dropped model's GPU buffers now
+
+
+def _backend(choice: str, host: Any) -> Any:
+    """(kernels, why not WebGPU) for `choice` "webgpu" | "cpu" | "auto": WebGPU (its
+    forward pass on the GPU worker's device, see apr_webgpu) when a device exists and the
+    choice allows it, else `host` (the SIMD or numpy kernels) with the reason."""
+    if choice not in ("webgpu", "cpu", "auto"):
+        from apr_core.errors import AprError, ErrorCode
+        raise AprError(ErrorCode.ARGUMENT, "backend must be webgpu, cpu or auto",
+                       backend=choice)
+    if choice == "cpu":
+        return host, "the CPU backend was chosen"
+    import apr_webgpu
+    from apr_core.gpu.kernels import WebGPUKernels
+    device = apr_webgpu.open_device()
+    if device is None:
+        return host, apr_webgpu.unavailable()
+    return WebGPUKernels(device, host), None
 
 
 async def load(url: str, dequantize: Optional[bool] = None,
                options: Optional[Dict[str, Any]] = None) -> str:
     """Load a model URL for generation: weights, tokenizer and chat template.
+
+    `options["backend"]`: "auto" (default: WebGPU when the page has a device, else the
+    CPU kernels), "webgpu" (the same, the CPU with the reason when there is no device) or
+    "cpu". The answer names the `adapter` the model runs on, or `gpu_reason`.
 
     `dequantize` turns weights into float32 once at load: with numpy's kernels that is the
     fast path (dequantizing every weight on every token costs more than the matvec). With
@@ -37,6 +64,8 @@ async def load(url: str, dequantize: Optional[bool] = None,
     kernel keeps its own float32 copy. None picks by the active backend. `options`: see
     `_open`.
     """
+    options = dict(options or {})
+    backend = options.pop("backend", None) or "auto"
     try:
         model = await _open(url, options)  # first: download and verification errors come before numpy's
         try:
@@ -47,13 +76,15 @@ async def load(url: str, dequantize: Optional[bool] = None,
                                          "use Pyodide 0.17, or an indexURL that serves numpy"}})
         from apr_core.quant import registry
         kernels = _state.get("kernels") or registry.NUMPY   # apr_webkernel's, if registered
+        _release_kernel_memory()   # one model's weights at a time in the kernels' memory
+        kernels, gpu_reason = _backend(backend, kernels)
         if dequantize is None:
             dequantize = kernels.backend == registry.REFERENCE
-        _release_kernel_memory()   # one model's weights at a time in the kernels' memory
         source_model = model
         from apr_webplace import PlacedModel, place_weights, placeable
         placed: Dict[str, Any] = {}
-        if _state.get("placement") and not dequantize and placeable(model):
+        on_gpu = kernels.backend == "webgpu"   # the device reads the stored blocks from here
+        if _state.get("placement") and not dequantize and not on_gpu and placeable(model):
             placed = await place_weights(model, js.aprSimd)
             source_model = PlacedModel(model, placed)
         else:
@@ -68,8 +99,13 @@ async def load(url: str, dequantize: Optional[bool] = None,
         _state["engine"], _state["model"], _state["url"] = engine, engine.model, url
         _state["source_model"] = source_model
         cfg = engine.transformer.config
+        gpu_reason = getattr(kernels, "fallback_reason", None) or gpu_reason
+        device = engine.transformer.device
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
                            "kernels": engine.backend,
+                           # the WebGPU adapter the model runs on, else why not
+                           "adapter": device.device.name if device is not None else None,
+                           "gpu_reason": None if device is not None else gpu_reason,
                            "placed_bytes": sum(blocks.nbytes for blocks in placed.values()),
                            "kv_bytes": BROWSER_KV_BYTES,   # the engine's KV budget
                            # float32 keys and values of one position, every layer

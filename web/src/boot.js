@@ -17,7 +17,7 @@ export const DEFAULTS = Object.freeze({
   extraWheels: {},                // per flavor, e.g. {"314": ["site/msgpack-…pyemscripten….whl"]}
   numpy: "auto",                  // true: required, false: skip, "auto": load when available
   glue: ["src/apr_websource.py", "src/apr_web.py", "src/apr_webrun.py", "src/apr_webcrypto.py", "src/apr_webkernel.py",
-    "src/apr_webplace.py",
+    "src/apr_webplace.py", "src/apr_webgpu.py",
     "src/apr_webhub.py"],
   hfEndpoint: null,               // the Hub for hf:// references; null: https://huggingface.co
   kernels: "simd",                // "simd": WebAssembly SIMD matmul behind apr_core's registry

@@ -5,6 +5,7 @@
  */
 import { bootPyodide } from "./boot.js";
 import { ShellError, codes, toPlainError } from "./errors.js";
+import { GpuClient } from "./gpu_client.js";
 import { ShardCache } from "./shard_cache.js";
 import { SimdMatmul } from "./simd_kernel.js";
 import { fetchFile, fetchRange, fetchText, urlHead } from "./transport.js";
@@ -76,7 +77,23 @@ const sync = (fn, ...args) => python("_sync", fn, ...args);
 
 const describeRuntime = () => ({ flavor: runtime.flavor, python: runtime.python, numpy: runtime.numpy,
   webcrypto: runtime.webcrypto, kernels: runtime.kernels, hfEndpoint: runtime.hfEndpoint,
-  threads: runtime.threads || 1, isolated: Boolean(globalThis.crossOriginIsolated) });
+  threads: runtime.threads || 1, isolated: Boolean(globalThis.crossOriginIsolated),
+  gpu: self.aprGpu ? self.aprGpu.adapter : null, gpuReason: self.aprGpuReason || null });
+
+/** Open the WebGPU device in its own worker (gpu_client.js); Python's apr_webgpu uses it
+ * for models loaded with backend "webgpu" or "auto". Without one, the reason is kept. */
+async function openGpu(config) {
+  if (config.webgpu === false) return "WebGPU is switched off for this page";
+  if (!runtime.numpy) return "WebGPU generation needs numpy (Pyodide 0.17)";
+  if (!(runtime.py._module && runtime.py._module.HEAPU8)) return "no access to Python's heap";
+  try {
+    const { client, reason } = await GpuClient.open(() => runtime.py._module.HEAPU8);
+    self.aprGpu = client || null;
+    return reason || null;
+  } catch (err) {
+    return `WebGPU failed to start: ${err.message || err}`;
+  }
+}
 
 const ops = {
   async boot(config = {}) {
@@ -111,6 +128,7 @@ apr_web._sync = _sync
         }
       } catch (err) { /* no WebAssembly SIMD here: numpy's kernels stay */ }
     }
+    self.aprGpuReason = await openGpu(config);
     return describeRuntime();
   },
   describe: (url, digests = false, full = true, options = null) => python("describe", url, digests, full, options),
@@ -131,10 +149,14 @@ apr_web._sync = _sync
   profileDecode: (ids, count) => sync("profile_decode", JSON.stringify(ids), count),
   forget: (url) => sync("forget", url),
   /** Bytes held by the worker's two WebAssembly memories: the kernels' (placed weights,
-   * scratch) and Python's (Pyodide's heap: tokenizer, KV cache, small tensors). */
+   * scratch) and Python's (Pyodide's heap: tokenizer, KV cache, small tensors), the WebGPU
+   * device's buffers, and its submissions and read-backs so far. */
   memory() {
     return { kernels: self.aprSimd ? self.aprSimd.bytesHeld() : 0,
-             python: runtime && runtime.py._module ? runtime.py._module.HEAPU8.length : 0 };
+             python: runtime && runtime.py._module ? runtime.py._module.HEAPU8.length : 0,
+             gpu: self.aprGpu ? self.aprGpu.bytesHeld : 0,   // the WebGPU device's buffers
+             submissions: self.aprGpu ? self.aprGpu.submissions : 0,
+             readbacks: self.aprGpu ? self.aprGpu.readbacks : 0 };
   },
   /** Run the garbage collector where the browser exposes it (tests: --js-flags=--expose-gc),
    * so memory a forgotten model held is returned now; true when it ran. */
