@@ -57,6 +57,9 @@ def numpy_reference(path, ids):
     return _REFERENCE[key]
 
 
+LOGIT_BOUND = 1e-3          # tests/model parity against transformers: Qwen2.5's tolerance
+
+
 @pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
 def test_greedy_tokens_match_numpy(model, request):
     path = request.getfixturevalue(model)
@@ -73,7 +76,10 @@ def test_greedy_tokens_match_numpy(model, request):
         assert a == b, "step {}: webgpu {} numpy {} (numpy's top-2 gap {:.3f})".format(
             step, a, b, top2[1] - top2[0])
     worst = max(np.abs(o - r).max() for o, r in zip(our_rows, ref_rows))
-    assert worst < 1e-2, worst            # test_numba_parity.py's bound
+    # The device dequantizes and sums in float32 like numpy (measured 3e-5 on SmolLM2,
+    # 1.5e-5 on Qwen2.5): the transformers parity tests' tolerance holds, not only the
+    # integer-dot numba kernels' 1e-2.
+    assert worst < LOGIT_BOUND, worst
     assert set(counters) == {(1, 1)}      # one submission, one read-back per token
 
 
