@@ -83,9 +83,9 @@ def native_peers(model_dir: str, apr_path: str, threads: int) -> dict:
     """name -> function(samples) -> text."""
     from faster_whisper import WhisperModel
 
-    from apr_core.speech.model import load_whisper
     from apr_core.speech.transcribe import transcribe
-    apr_model = load_whisper(apr_path)
+    from apr_native.speech_native import load_native_whisper
+    apr_model = load_native_whisper(apr_path)
     peers = {"apr (native)": lambda s: transcribe(apr_model, s, beam_size=1)["text"]}
     for compute in ("int8", "float32"):
         model = WhisperModel(model_dir, device="cpu", compute_type=compute,

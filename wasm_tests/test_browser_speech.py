@@ -155,3 +155,33 @@ def test_speech_page_records_the_microphone(browser, speech_site, speech_models,
     native = transcribe(load_whisper(os.path.join(speech_models, "whisper-base.apr")), sent)
     assert words(result["text"]) == words(native["text"])
     assert {"fox", "lazy", "dog"} <= set(words(result["text"]))
+
+
+def test_speech_model_reloads_from_indexeddb(browser, speech_site, speech_models):
+    """The first load downloads the APR file into IndexedDB; after a page reload the model
+    loads again without one byte of it coming from the server (its byte counters)."""
+    size = os.path.getsize(os.path.join(speech_models, "whisper-base.apr"))
+    context = browser.new_context()          # a fresh profile: an empty IndexedDB
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+
+        def load_model():
+            page.wait_for_function("document.body.dataset.runtime === 'ready'")
+            page.click("#load-button")
+            page.wait_for_function("['ready', 'error'].includes(document.body.dataset.model)")
+            assert page.evaluate("document.body.dataset.model") == "ready", \
+                page.inner_text("#error")
+            return page.evaluate("document.body.dataset.modelSource")
+
+        speech_site.reset_counts()
+        page.goto(speech_site.url("/speech.html"))
+        assert load_model() == "network"
+        assert speech_site.bytes_sent("/models/") == size       # downloaded once, whole
+        speech_site.reset_counts()
+        page.reload()
+        assert load_model() == "cache"
+        assert speech_site.requests, "the reload reached the server at all"
+        assert speech_site.bytes_sent("/models/") == 0          # no model bytes again
+    finally:
+        context.close()

@@ -10,10 +10,16 @@ periodic Hann window, centred with reflect padding), |.|^2 without the last fram
 filters, log10 clamped at 1e-10, floored at (max - 8), then (x + 4) / 4. As faster-whisper
 does, the whole input is analysed at once (`padding` zero samples appended first) and each
 30-second window is cut from the result with `pad_or_trim`.
+
+The STFT is a real DFT computed as one matrix product of the windowed frames with a
+[n_fft, 2 * (n_fft / 2 + 1)] cos | -sin basis (float64, built once): the same code in every
+runtime, without numpy.fft (Pyodide 0.17's pocketfft aborts the interpreter in current
+Chromium: "Cannot convert N to a BigInt"). For 400-point frames the product costs about
+what the FFT does natively (BLAS) and is cheaper than Python overhead in the browser.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -69,6 +75,25 @@ def _hann(n: int) -> np.ndarray:
     return (0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n) / n)).astype(np.float32)
 
 
+_DFT_BASES: Dict[int, np.ndarray] = {}
+_FRAMES_PER_PRODUCT = 3000          # one 30 s window's frames per DFT product
+
+
+def dft_basis(n: int) -> np.ndarray:
+    """[n, 2 * (n // 2 + 1)] float64: the Hann window times cos | -sin of the real DFT
+    (x @ basis = [Re | Im] of rfft(x * window)); the window is folded in."""
+    basis = _DFT_BASES.get(n)
+    if basis is None:
+        bins = n // 2 + 1
+        # exact angles: k * j mod n keeps the argument in [0, 2 pi) (no large-argument error)
+        phase = (np.arange(n)[:, None] * np.arange(bins)[None, :]) % n       # [n, bins]
+        angle = 2.0 * np.pi * phase / n
+        window = _hann(n).astype(np.float64)[:, None]
+        basis = np.concatenate([np.cos(angle), -np.sin(angle)], axis=1) * window
+        _DFT_BASES[n] = basis = np.ascontiguousarray(basis)
+    return basis
+
+
 def power_spectrogram(samples: Any) -> np.ndarray:
     """[N_FFT // 2 + 1, n_frames] |STFT|^2 of float32 samples, last frame dropped."""
     x = np.asarray(samples, dtype=np.float32).reshape(-1)
@@ -80,9 +105,14 @@ def power_spectrogram(samples: Any) -> np.ndarray:
     # [n_frames, N_FFT] frames as a strided view (no copy until the window multiplies)
     frames = np.lib.stride_tricks.as_strided(
         x, shape=(n_frames, N_FFT), strides=(x.strides[0] * HOP_LENGTH, x.strides[0]))
-    spectrum = np.fft.rfft(frames * _hann(N_FFT), axis=-1)                 # [n_frames, n_bins]
-    power = (spectrum.real ** 2 + spectrum.imag ** 2).astype(np.float32)
-    return power[:-1].T                                                     # [n_bins, n_frames-1]
+    bins = N_FFT // 2 + 1
+    basis = dft_basis(N_FFT)                                        # [N_FFT, 2 * bins]
+    power = np.empty((bins, n_frames - 1), np.float32)              # [bins, n_frames-1]
+    for first in range(0, n_frames - 1, _FRAMES_PER_PRODUCT):       # bounded temporaries
+        last = min(first + _FRAMES_PER_PRODUCT, n_frames - 1)
+        spectrum = frames[first:last].astype(np.float64) @ basis    # [frames, 2 * bins]
+        power[:, first:last] = (spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2).T
+    return power
 
 
 def log_mel_spectrogram(samples: Any, n_mels: int = 80, padding: int = HOP_LENGTH,
@@ -107,4 +137,4 @@ def pad_or_trim(features: np.ndarray, length: int = N_FRAMES) -> np.ndarray:
 
 
 __all__ = ["N_FFT", "HOP_LENGTH", "N_SAMPLES", "N_FRAMES", "FRAME_SECONDS", "mel_filters",
-           "log_mel_spectrogram", "pad_or_trim", "power_spectrogram"]
+           "log_mel_spectrogram", "pad_or_trim", "power_spectrogram", "dft_basis"]

@@ -16,6 +16,7 @@ import json
 from typing import Any, Dict, List
 
 from ..errors import AprError, ErrorCode
+from .languages import language_name
 
 FORMATS = ("txt", "text", "json", "verbose_json", "srt", "vtt")
 JSON_FORMATS = ("json", "verbose_json")
@@ -83,7 +84,7 @@ def to_vtt(result: Dict[str, Any]) -> str:
 
 def openai_body(result: Dict[str, Any], fmt: str) -> Dict[str, Any]:
     """The JSON object OpenAI returns for `json` ({"text"}) or `verbose_json` ({"task",
-    "language", "duration", "text", "segments"})."""
+    "language" (its English name, as OpenAI writes it), "duration", "text", "segments"})."""
     text = str(result.get("text", "")).strip()
     if fmt == "json":
         return {"text": text}
@@ -91,7 +92,9 @@ def openai_body(result: Dict[str, Any], fmt: str) -> Dict[str, Any]:
         raise AprError(ErrorCode.ARGUMENT, "{!r} is not a JSON transcript format".format(fmt))
     segments = [{key: segment.get(key) for key in SEGMENT_KEYS}
                 for segment in result.get("segments") or ()]
-    return {"task": result.get("task", "transcribe"), "language": result.get("language"),
+    # OpenAI reports the language by name ("english"); apr's results carry the code
+    return {"task": result.get("task", "transcribe"),
+            "language": language_name(result.get("language")),
             "duration": result.get("duration"), "text": text, "segments": segments}
 
 

@@ -114,12 +114,14 @@ def transcribe(model: Any, samples: Any, language: Optional[str] = None,
     features = log_mel_spectrogram(samples, model.config.n_mels, filters=model.mel_filters)
     content_frames = features.shape[-1] - 1
     probability = 1.0
+    encoded = None          # (window, encoder output) of language detection, for reuse
     if not model.multilingual:
         language = "en"
     elif language is None:
         # on the first 30 s of all frames (the decoding windows leave out the last frame)
-        language, probability, _ = detect_language(
-            model, model.net.encode(pad_or_trim(features)))
+        first = pad_or_trim(features)
+        encoded = (first, model.net.encode(first))
+        language, probability, _ = detect_language(model, encoded[1])
     elif language not in model.languages:
         raise AprError(ErrorCode.ARGUMENT, "unknown language code", language=language,
                        known=", ".join(sorted(model.languages)))
@@ -143,7 +145,11 @@ def transcribe(model: Any, samples: Any, language: Optional[str] = None,
         time_offset = seek * FRAME_SECONDS
         size = min(N_FRAMES, content_frames - seek)
         window = pad_or_trim(features[:, seek:seek + size])      # [n_mels, 3000]
-        audio_features = model.net.encode(window)                # [1500, d]
+        if encoded is not None and np.array_equal(window, encoded[0]):
+            audio_features = encoded[1]          # the window detection encoded (> 30 s)
+        else:
+            audio_features = model.net.encode(window)            # [1500, d]
+        encoded = None
         previous = all_tokens[reset_since:]
         prompt = ([model.sot_prev] + previous[-max_previous:] if previous else []) + \
             sot_sequence + ([model.no_timestamps] if without_timestamps else [])

@@ -8,12 +8,16 @@ computed once per window, MLP), final LayerNorm; logits = hidden @ embedding^T.
 
 Weights use the APR Whisper names (`names.py`); the fused projections are kept fused
 (self-attention q|k|v as one [3d, d] matrix, cross-attention k|v as [2d, d]), so each is
-one matrix product. Matrix products go through `self.matmul` (numpy's `@` by default), the
-seam where a native backend may plug in a faster kernel.
+one matrix product. Every product with a weight -- the linear layers, the logits and the
+two convolutions (as im2col + one product) -- goes through `self.matmul` (numpy's `@` by
+default), the seam where a backend plugs in a faster kernel (the browser's SIMD kernel).
+Each decoder step runs inside `self.decoder_scope()` (nothing by default): natively it
+keeps BLAS on one thread for the step's tiny products (`apr_native.speech_native`).
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, NamedTuple, Optional
+import contextlib
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -60,11 +64,6 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray
     return (centred / np.sqrt(var + LN_EPS) * gamma + beta).astype(np.float32)
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def _heads(x: np.ndarray, n_head: int) -> np.ndarray:
     """[..., T, d] -> [..., H, T, d/H]."""
     *lead, t, d = x.shape
@@ -79,12 +78,21 @@ def _merge(x: np.ndarray) -> np.ndarray:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
               mask: Optional[np.ndarray] = None) -> np.ndarray:
-    """[..., H, Tq, dh] x [..., H, Tk, dh] -> [..., H, Tq, dh] (scaled dot product)."""
+    """[..., H, Tq, dh] x [..., H, Tk, dh] -> [..., H, Tq, dh] (scaled dot product).
+
+    The softmax runs in place on the scores and its normalisation is applied to the
+    [.., Tq, dh] product instead of the [.., Tq, Tk] weights (the encoder's scores are
+    8 x 1500 x 1500: every pass over them counts)."""
     scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
     scores = np.matmul(q * scale, np.swapaxes(k, -1, -2))       # [..., H, Tq, Tk]
     if mask is not None:
-        scores = scores + mask
-    return np.matmul(softmax(scores).astype(np.float32), v)
+        scores += mask
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    total = scores.sum(axis=-1, keepdims=True)                  # [..., H, Tq, 1]
+    out = np.matmul(scores, v)                                  # [..., H, Tq, dh]
+    out /= total
+    return out
 
 
 def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -116,10 +124,14 @@ class WhisperNet:
     """Forward passes over float32 weights (name -> array)."""
 
     def __init__(self, config: WhisperConfig, weights: Dict[str, np.ndarray],
-                 matmul: Optional[Callable[[np.ndarray, np.ndarray], np.ndarray]] = None) -> None:
+                 matmul: Optional[Callable[[np.ndarray, np.ndarray], np.ndarray]] = None,
+                 decoder_scope: Optional[Callable[[], Any]] = None) -> None:
         self.config = config
         self.w = weights
         self.matmul = matmul or _matmul
+        self.decoder_scope = decoder_scope or contextlib.nullcontext
+        self._flat: Dict[str, np.ndarray] = {}   # conv weights as [C_out, C_in * 3] (kept:
+        # a kernel that caches weights by identity must see the same array every call)
 
     def linear(self, x: np.ndarray, name: str) -> np.ndarray:
         """x [..., in] @ W[out, in]^T + b -> [..., out]."""
@@ -128,21 +140,26 @@ class WhisperNet:
         return y + bias if bias is not None else y
 
     def _conv(self, x: np.ndarray, name: str, stride: int) -> np.ndarray:
-        """[C_in, T] -> [C_out, T / stride]: kernel 3, padding 1, as three matmuls."""
-        weight = self.w[name + ".weight"]                           # [C_out, C_in, 3]
-        padded = np.pad(x, ((0, 0), (1, 1)))
-        t_out = (x.shape[1] - 1) // stride + 1
-        out = np.zeros((weight.shape[0], t_out), dtype=np.float32)
-        for k in range(weight.shape[2]):
-            taps = padded[:, k:k + stride * (t_out - 1) + 1:stride]  # [C_in, T_out]
-            out += weight[:, :, k] @ taps
-        return out + self.w[name + ".bias"][:, None]
+        """[T, C_in] -> [T / stride, C_out]: kernel 3, padding 1, as im2col + one product."""
+        flat = self._flat.get(name)
+        if flat is None:
+            weight = self.w[name + ".weight"]                           # [C_out, C_in, 3]
+            flat = self._flat[name] = np.ascontiguousarray(
+                weight.reshape(weight.shape[0], -1))                    # [C_out, C_in * 3]
+        taps = flat.shape[1] // x.shape[1]
+        padded = np.pad(x, ((1, 1), (0, 0)))                           # [T + 2, C_in]
+        t_out = (x.shape[0] - 1) // stride + 1
+        columns = np.stack([padded[k:k + stride * (t_out - 1) + 1:stride]
+                            for k in range(taps)], axis=-1)            # [T_out, C_in, 3]
+        columns = columns.reshape(t_out, -1)                            # [T_out, C_in * 3]
+        return self.matmul(columns, flat) + self.w[name + ".bias"]
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
         """[n_mels, 3000] log-mel -> [n_audio_ctx, n_audio_state] encoder output."""
-        x = gelu(self._conv(mel.astype(np.float32), "encoder.conv1", 1))    # [d, 3000]
-        x = gelu(self._conv(x, "encoder.conv2", 2))                          # [d, 1500]
-        x = np.ascontiguousarray(x.T) + self.w["encoder.positional_embedding"]  # [1500, d]
+        x = np.ascontiguousarray(mel.T, dtype=np.float32)                   # [3000, n_mels]
+        x = gelu(self._conv(x, "encoder.conv1", 1))                         # [3000, d]
+        x = gelu(self._conv(x, "encoder.conv2", 2))                         # [1500, d]
+        x = x + self.w["encoder.positional_embedding"]                      # [1500, d]
         heads = self.config.n_audio_head
         for i in range(self.config.n_audio_layer):
             p = "encoder.blocks.{}.".format(i)
@@ -166,6 +183,15 @@ class WhisperNet:
 
     def decode(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         """tokens [B, n] at positions state.length.. -> hidden [B, n, d]; extends the cache."""
+        with self.decoder_scope():
+            return self._decode(state, tokens)
+
+    def logits(self, hidden: np.ndarray) -> np.ndarray:
+        """[..., d] -> [..., n_vocab] (tied output projection)."""
+        with self.decoder_scope():
+            return self.matmul(hidden, self.w["decoder.token_embedding.weight"])
+
+    def _decode(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         b, n = tokens.shape
         start = state.length
         if start + n > self.config.n_text_ctx:
@@ -195,10 +221,6 @@ class WhisperNet:
             x = x + self.linear(gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
         state.length = start + n
         return layer_norm(x, self.w["decoder.ln.weight"], self.w["decoder.ln.bias"])
-
-    def logits(self, hidden: np.ndarray) -> np.ndarray:
-        """[..., d] -> [..., n_vocab] (tied output projection)."""
-        return self.matmul(hidden, self.w["decoder.token_embedding.weight"])
 
 
 __all__ = ["WhisperConfig", "WhisperNet", "DecoderState", "gelu", "erf", "layer_norm"]

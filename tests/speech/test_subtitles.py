@@ -74,6 +74,9 @@ def test_openai_json_shapes():
     verbose = json.loads(render(RESULT, "verbose_json"))
     assert set(verbose) == {"task", "language", "duration", "text", "segments"}
     assert verbose["task"] == "transcribe" and verbose["duration"] == 360001.0
+    assert verbose["language"] == "english"           # OpenAI's API names the language
+    german = json.loads(render(dict(RESULT, language="de"), "verbose_json"))
+    assert german["language"] == "german"
     assert verbose["segments"] == RESULT["segments"]        # every OpenAI segment key kept
     assert "Grüße" in render(RESULT, "verbose_json")         # UTF-8, not \\u escapes
 

@@ -9,39 +9,12 @@ return JSON text, like the rest of the shell's Python side.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any, Dict
 
 from apr_websource import _error
 
 _state: Dict[str, Any] = {}
-_dft_bases: Dict[int, Any] = {}
-
-
-def _dft_rfft(a: Any, n: Any = None, axis: int = -1, norm: Any = None) -> Any:
-    """`numpy.fft.rfft` over the last axis as a matmul with the DFT basis (float64, like
-    pocketfft): Pyodide 0.17's pocketfft aborts the interpreter in current Chromium
-    ("Cannot convert N to a BigInt": its side module's 64-bit arguments), and Whisper's
-    400-point frames make the matmul cheap anyway."""
-    import numpy as np
-    x = np.asarray(a, dtype=np.float64)
-    if n is not None or axis not in (-1, x.ndim - 1) or norm is not None:
-        raise NotImplementedError("the browser's rfft covers the last axis, unpadded")
-    size = x.shape[-1]
-    if size not in _dft_bases:
-        k = np.arange(size // 2 + 1)
-        angle = 2.0 * np.pi * np.outer(np.arange(size), k) / size     # [size, bins]
-        _dft_bases[size] = (np.cos(angle), -np.sin(angle))
-    cos, sin = _dft_bases[size]
-    return x @ cos + 1j * (x @ sin)                                  # [..., bins]
-
-
-def _patch_fft() -> None:
-    """Swap in `_dft_rfft` on Pyodide 0.17 (Python 3.8 under Emscripten), this worker only."""
-    if sys.platform == "emscripten" and sys.version_info[:2] == (3, 8):
-        import numpy as np
-        np.fft.rfft = _dft_rfft
 
 
 def _plain(value: Any) -> Any:
@@ -71,7 +44,6 @@ def load(path: str, name: str, simd: bool = False) -> str:
     """Load the Whisper APR file at `path` (written by the worker) for `transcribe_file`;
     `simd`: its linear layers on the shell's WebAssembly SIMD kernel."""
     try:
-        _patch_fft()
         from apr_core.speech.model import load_whisper
         started = time.perf_counter()
         _state.pop("model", None)    # one model at a time: free the last one first

@@ -86,8 +86,9 @@ async function loadModel(url) {
     await booted;
     $("load-title").textContent = "Downloading";
     const info = await speech.call("load", new URL(url, location.href).href);
-    $("load-title").textContent = `Ready · loaded in ${info.load_s.toFixed(1)} s · ${info.kernels === "wasm-simd" ? "SIMD matmul" : "numpy matmul"}`;
+    $("load-title").textContent = `Ready · ${info.fromCache ? "from the browser's cache · " : ""}loaded in ${info.load_s.toFixed(1)} s · ${info.kernels === "wasm-simd" ? "SIMD matmul" : "numpy matmul"}`;
     document.body.dataset.kernels = info.kernels;
+    document.body.dataset.modelSource = info.fromCache ? "cache" : "network";
     $("load-bar").style.width = "100%";
     $("speech").classList.remove("hidden");
     document.body.dataset.model = "ready";

@@ -3,15 +3,22 @@
  * APR file and transcribes the samples the page decoded (apr_webspeech.py). Same protocol
  * as worker.js, so the page drives it with `AprClient`: `{id, op, args}` in, `{id, ok,
  * result | error}` and `{event, data}` (download progress) out.
+ *
+ * The model file is kept in IndexedDB (`ShardCache`, as the text page keeps a single-file
+ * model: under a key of its URL, size and HTTP validator, so a new version on the server is
+ * a new key): a reload reads it from there and downloads no model bytes. A server that
+ * sends neither ETag nor Last-Modified gives no way to tell versions apart: not cached.
  */
 import { bootPyodide, DEFAULTS } from "./boot.js";
 import { ShellError, codes, toPlainError } from "./errors.js";
 import { SimdMatmul } from "./simd_kernel.js";
-import { fetchFile } from "./transport.js";
+import { ShardCache } from "./shard_cache.js";
+import { fetchFile, urlHead } from "./transport.js";
 
 const MODEL_PATH = "/tmp/whisper.apr";
 const SAMPLES_PATH = "/tmp/speech.f32";
 let runtime = null;
+let cache = null;
 let queue = Promise.resolve();
 
 const emit = (event, data) => self.postMessage({ event, data });
@@ -29,6 +36,25 @@ function python(fn, ...args) {
   return result;
 }
 
+const hex = (buffer) => Array.from(new Uint8Array(buffer),
+  (b) => b.toString(16).padStart(2, "0")).join("");
+
+/** The model file's bytes: from IndexedDB when cached, else downloaded (and cached). */
+async function modelBytes(url) {
+  const progress = (loaded, total, cached = false) =>
+    emit("progress", { url, loaded, total, cached });
+  const absolute = new URL(url, self.location.href).href;
+  const { size, validator } = await urlHead(absolute);
+  if (!validator || !cache) return { bytes: await fetchFile(absolute, progress, { size }), fromCache: false };
+  // the key apr_websource.CachedFileSource gives a single model file
+  const key = hex(await crypto.subtle.digest("SHA-256",
+    new TextEncoder().encode(["file", absolute, String(size), validator].join("\n"))));
+  const name = absolute.split("/").pop() || absolute;
+  const { fromCache } = await cache.ensure({ url: absolute, sha256: key, size, verify: false,
+    name, model: absolute }, { onProgress: progress });
+  return { bytes: await cache.read(key, 0, size), fromCache };
+}
+
 const ops = {
   async boot(config = {}) {
     if (!runtime) {
@@ -36,6 +62,7 @@ const ops = {
       runtime = await bootPyodide({ flavor: "017", ...config, numpy: true,
         glue: [...DEFAULTS.glue, "src/apr_webspeech.py"] }, config.base || self.location.href);
       runtime.kernels = "numpy";
+      cache = new ShardCache(config.cache || {});
       if ((config.kernels || "simd") !== "numpy") {
         try {
           // The shell's WebAssembly SIMD float32 matmul (threads where the page is
@@ -54,10 +81,11 @@ const ops = {
   /** Download a Whisper APR file (progress events) into Pyodide's memory and load it. */
   async load(url) {
     if (!runtime) throw new ShellError(codes.BOOT, "the runtime is not booted yet");
-    const bytes = await fetchFile(url, (loaded, total) => emit("progress", { url, loaded, total }));
+    const { bytes, fromCache } = await modelBytes(url);
     runtime.FS.writeFile(MODEL_PATH, bytes);
     try {
-      return { ...python("load", MODEL_PATH, url, runtime.kernels === "wasm-simd"), bytes: bytes.length };
+      return { ...python("load", MODEL_PATH, url, runtime.kernels === "wasm-simd"),
+               bytes: bytes.length, fromCache };
     } finally {
       runtime.FS.unlink(MODEL_PATH);   // the weights are numpy arrays now: free the file
     }

@@ -67,9 +67,10 @@ def _options(args: argparse.Namespace) -> Dict[str, Any]:
 
 def run_transcribe(args: argparse.Namespace) -> int:
     from apr_core.speech.audio import read_audio
-    from apr_core.speech.model import load_whisper
     from apr_core.speech.subtitles import render
     from apr_core.speech.transcribe import transcribe
+
+    from ..speech_native import load_native_whisper
     if not args.input:
         raise AprError(ErrorCode.ARGUMENT, "a Whisper model transcribes audio: pass "
                        "--input AUDIO", model=args.model)
@@ -81,7 +82,7 @@ def run_transcribe(args: argparse.Namespace) -> int:
                        path=args.input)
     options = _options(args)
     start = time.perf_counter()
-    model = load_whisper(args.model)
+    model = load_native_whisper(args.model)
     loaded = time.perf_counter()
     samples = read_audio(data)
     result = transcribe(model, samples, **options)

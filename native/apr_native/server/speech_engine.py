@@ -80,8 +80,8 @@ class SpeechEngine:
 
     def _load(self) -> None:
         try:
-            from apr_core.speech.model import load_whisper
-            self.model = load_whisper(self.path)
+            from ..speech_native import load_native_whisper
+            self.model = load_native_whisper(self.path)
         except AprError as err:
             self.load_error = "cannot load {}: {}".format(self.model_id, err)
             raise
