@@ -213,9 +213,13 @@ def run_import(args: argparse.Namespace) -> int:
     # A stale cache entry (its source changed) is ours to replace; an -o file is not.
     check_output(output, args.force or to_cache)
     from apr_core.conversion.whisper_ct2 import is_ctranslate2_dir
+    from apr_core.conversion.whisper_hf import is_hf_whisper_dir
     if is_ctranslate2_dir(source):
         from .import_ct2 import import_ctranslate2
         return import_ctranslate2(args, source, output, digest, to_cache, _report)
+    if is_hf_whisper_dir(source):
+        from .import_ct2 import import_hf_whisper
+        return import_hf_whisper(args, source, output, digest, to_cache, _report)
     start = time.perf_counter()
     warnings: List[str] = []
     model, folder = open_any(source)
@@ -279,7 +283,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import", help="import SafeTensors, GGUF or PyTorch into APR")
     p.add_argument("source", help="a .safetensors file, sharded index, HF directory, .gguf, "
                    "PyTorch .pt/.pth/.bin (read without running pickle code), or a "
-                   "CTranslate2 Whisper directory (model.bin + vocabulary + tokenizer.json)")
+                   "Whisper directory (CTranslate2 model.bin, or Hugging Face config.json + "
+                   "SafeTensors; both with tokenizer.json)")
     p.add_argument("-o", "--output", help="output .apr (default: $APR_CACHE/models/NAME.apr)")
     p.add_argument("--arch", help="architecture: " + ", ".join(architectures()))
     p.add_argument("--names", choices=["keep", "apr"], default="keep",
