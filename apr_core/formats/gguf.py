@@ -27,7 +27,6 @@ from ..tensor import MAX_DIMS, ModelFile, TensorInfo, check_layout
 from .gguf_lazy import materialize
 from .gguf_values import (ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, SUPPORTED_VERSIONS,
                           Cursor, Spec, read_value, value_type)
-from .gguf_write import write_gguf, write_gguf_bytes
 
 # Real headers (vocabularies of 250k tokens with merges) stay below ~25 MiB. Decoded into
 # Python objects a header can take up to ~20x its size, hence a cap rather than the file size.
@@ -214,6 +213,15 @@ def gguf_kv_block(gguf: GGUFFile, lazy: bool = False) -> Dict[str, Any]:
     kv = gguf.header_metadata if lazy else gguf.metadata
     return {"version": gguf.version, "alignment": gguf.alignment,
             "kv": dict(kv), "types": dict(gguf.kv_types)}
+
+
+def __getattr__(name: str) -> Any:
+    """The writer's functions, re-exported on first use (a reader does not pay for the
+    writer's imports: the atomic temp-file machinery)."""
+    if name in ("write_gguf", "write_gguf_bytes"):
+        from . import gguf_write
+        return getattr(gguf_write, name)
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
 
 
 __all__ = ["GGUFFile", "read_gguf", "gguf_kv_block", "write_gguf", "write_gguf_bytes",

@@ -19,10 +19,14 @@ from typing import Any, Dict
 
 from apr_core.errors import AprError, ErrorCode
 
-from .real_models import cache_dir
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def cache_dir() -> Path:
+    """`APR_CACHE`, else ~/.cache/apr (seed 000 appendix B)."""
+    return Path(os.environ.get("APR_CACHE") or Path.home() / ".cache" / "apr")
 
 
 def config_path() -> Path:

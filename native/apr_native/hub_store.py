@@ -23,7 +23,7 @@ from apr_core.atomic import atomic_output
 from apr_core.errors import AprError, ErrorCode
 from apr_core.integrity import sha256_file
 
-from .real_models import cache_dir
+from .config import cache_dir
 
 TRUE = ("1", "true", "yes", "on")
 

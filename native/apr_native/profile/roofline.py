@@ -36,7 +36,7 @@ import numpy as np
 
 from apr_core.atomic import atomic_output
 
-from ..real_models import cache_dir
+from ..config import cache_dir
 
 BANDWIDTH_BYTES = 1 << 30
 PEAK_SIZES = (1024, 2048)
