@@ -4,53 +4,60 @@ Describing a template (`apr_core.text.chat_probe.describe_template`) renders the
 conversations through the sandboxed Jinja and compares it with every built-in renderer:
 importing jinja2 and ~40 renders are about half of an `apr inspect`. The answer depends
 only on the template text, the BOS/EOS strings and the code that renders and compares
-them, so it is kept in `$APR_CACHE/templates/<sha256>.json` under a key made of all of
-those (the sources of `apr_core.text.chat*` included: an edited renderer invalidates every
-entry). Only deterministic answers are kept: a template that passed the probe or has none;
+them, so it is kept in `$APR_CACHE/templates/<crc32><adler32>.json` with all of those
+written in the entry, and used only when they are equal to the ones asked about (the name
+is a checksum, not a trusted key: no hashlib import, ~2 ms of a start; the sources of
+`apr_core.text.chat*` are part of the key: an edited renderer invalidates every entry). Only deterministic answers are kept: a template that passed the probe or has none;
 a failure (which may be a wall-clock limit) is described afresh every time. A cache entry
 that is unreadable or not what this module writes is ignored and rewritten.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from typing import Any, Dict, Optional
+import zlib
+from typing import Any, Dict, List, Optional, Tuple
 
 from apr_core.errors import AprError
 
 from .config import cache_dir
 
 _FIELDS = ("present", "chars", "family", "builtin", "check")
+Key = List[str]
 _SOURCES = ("chat.py", "chat_probe.py", "chat_sandbox.py")
 _code_key: Optional[str] = None
 
 
 def _code_version() -> str:
-    """sha256 of the sources whose behaviour a description records (read once)."""
+    """CRC32 of the sources whose behaviour a description records (read once)."""
     global _code_key
     if _code_key is None:
         import apr_core.text as text
-        digest = hashlib.sha256()
+        crc = 0
         for name in _SOURCES:
             with open(os.path.join(os.path.dirname(text.__file__), name), "rb") as handle:
-                digest.update(handle.read())
-        _code_key = digest.hexdigest()
+                crc = zlib.crc32(handle.read(), crc)
+        _code_key = "{:08x}".format(crc)
     return _code_key
 
 
-def entry_path(template: str, bos_token: str, eos_token: str) -> str:
-    key = hashlib.sha256(json.dumps([_code_version(), template, bos_token, eos_token])
-                         .encode("utf-8", "surrogatepass")).hexdigest()
-    return os.path.join(str(cache_dir()), "templates", key + ".json")
+def entry_path(template: str, bos_token: str, eos_token: str) -> Tuple[str, Key]:
+    """(the entry's file, the key written in it)."""
+    key = [_code_version(), template, bos_token, eos_token]
+    data = json.dumps(key).encode("utf-8", "surrogatepass")
+    name = "{:08x}{:08x}.json".format(zlib.crc32(data), zlib.adler32(data))
+    return os.path.join(str(cache_dir()), "templates", name), key
 
 
-def _load(path: str) -> Optional[Dict[str, Any]]:
+def _load(path: str, key: Key) -> Optional[Dict[str, Any]]:
     try:
         with open(path, "rb") as handle:
-            value = json.loads(handle.read(1 << 16))
+            entry = json.loads(handle.read(1 << 20))
     except (OSError, ValueError):
         return None
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None                       # another template with the same checksum
+    value = entry.get("info")
     if not isinstance(value, dict) or sorted(value) != sorted(_FIELDS) \
             or value.get("check") != "ok":
         return None
@@ -63,8 +70,8 @@ def describe(template: Optional[str], bos_token: str = "", eos_token: str = ""
     from apr_core.text.chat_probe import describe_template
     if not template:
         return describe_template(template, bos_token, eos_token)
-    path = entry_path(template, bos_token, eos_token)
-    cached = _load(path)
+    path, key = entry_path(template, bos_token, eos_token)
+    cached = _load(path, key)
     if cached is not None:
         return cached
     info = describe_template(template, bos_token, eos_token)
@@ -73,7 +80,8 @@ def describe(template: Optional[str], bos_token: str = "", eos_token: str = ""
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with atomic_output(path) as handle:
-                handle.write(json.dumps(info, sort_keys=True).encode())
+                handle.write(json.dumps({"key": key, "info": info}, sort_keys=True)
+                             .encode("utf-8", "surrogatepass"))
         except (OSError, AprError):     # a read-only cache only costs the next run time
             pass
     return info

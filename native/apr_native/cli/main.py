@@ -152,6 +152,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         command, argv = "version", ["version"] + [a for a in argv if a != "--version"]
     elif command is not None and command not in table:
         return _unknown(command, table)
+    if command:      # only the command's own module: no placeholder parsers for the rest
+        module = table[command][0]
+        table = {name: entry for name, entry in table.items() if entry[0] == module}
     parser = build_parser(load=[table[command][0]] if command else (), table=table)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
