@@ -1,14 +1,15 @@
 """Speculative decoding against plain decoding, same engine, same prompt, one run.
 
     .venv/bin/python bench/speculative.py [--model qwen2.5-coder-0.5b]
-        [--prompt bench/prompts/code_edit.txt] [--tokens 160] [--draft-max 8]
+        [--prompt bench/prompts/code_edit.txt] [--tokens 160] [--draft-max 8[,4,16...]]
         [--draft MODEL] [--repeats 3] [--threads 2]
 
 The prompt goes through the model's chat template, as `apr run` does. Each variant (plain;
-`--speculate lookup`; `--draft MODEL` when given) decodes greedily up to `--tokens` tokens;
-after one warm-up the variants alternate `--repeats` times and the best decode rate of each
-is reported with its ratio to plain, its acceptance rate and tokens per forward pass. The
-token ids of every variant must equal plain decoding's (checked, printed). Not a test.
+`--speculate lookup`, once per `--draft-max` value; `--draft MODEL` when given) decodes
+greedily up to `--tokens` tokens; after one warm-up the variants alternate `--repeats`
+times and the best decode rate of each is reported with its ratio to plain, its
+acceptance rate and tokens per forward pass. The token ids of every variant must equal
+plain decoding's (checked, printed). Not a test.
 """
 import argparse
 import os
@@ -24,7 +25,8 @@ def main() -> int:
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--prompt", default=os.path.join(HERE, "prompts", "code_edit.txt"))
     ap.add_argument("--tokens", type=int, default=160)
-    ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-max", default="8", help="drafted tokens at most; a comma "
+                    "list runs lookup once per value (the draft-length sweep)")
     ap.add_argument("--draft", help="a draft model (same tokenizer) as a third variant")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
@@ -39,10 +41,13 @@ def main() -> int:
     engine = load_engine(args.model, EngineOptions(backend=args.backend))
     with open(args.prompt) as f:
         ids = engine.model.prompt_ids(f.read(), chat=True)
-    variants = [("plain", None), ("lookup", SpeculativeConfig("lookup", args.draft_max))]
+    lengths = [int(v) for v in args.draft_max.split(",")]
+    variants = [("plain", None)] + [
+        ("lookup" if len(lengths) == 1 else "lookup-%d" % k, SpeculativeConfig("lookup", k))
+        for k in lengths]
     if args.draft:
         draft = load_engine(args.draft, EngineOptions(backend=args.backend))
-        variants.append(("draft", SpeculativeConfig("draft", args.draft_max,
+        variants.append(("draft", SpeculativeConfig("draft", lengths[0],
                                                     draft_model=draft.transformer)))
     greedy = SamplerConfig(temperature=0.0)
     best = {}
@@ -58,7 +63,7 @@ def main() -> int:
     for name, _ in variants:
         rate, g = best[name]
         s = g.speculative or {}
-        print("{:7s} decode {:7.1f} tok/s  x{:.2f}  ids {}  acceptance {}  tokens/pass {}".format(
+        print("{:9s} decode {:7.1f} tok/s  x{:.2f}  ids {}  acceptance {}  tokens/pass {}".format(
             name, rate, rate / plain_rate,
             "same" if g.token_ids == plain.token_ids else "DIFFER",
             s.get("acceptance_rate", "-"), s.get("tokens_per_pass", "-")))

@@ -35,8 +35,10 @@ in `transformer.py` is the same for every backend. Every kind is keyed by dtype 
 - decoder_block: one whole decoder layer, `model.run_block(...)` (which calls the kinds
   above): a backend may run a layer it fully supports as one call, so a decode step does
   not pay Python's per-call costs a dozen times per layer.
-All arrays float32 (q_pos int64). Overrides must give the reference's results up to
-float32 rounding, and fall back to the reference for cases they do not handle.
+Activations float32 (q_pos int64); caches `[n_kv, slots, row]` in a KV type of
+`kv_types` (float32 rows by default): stores encode, attention decodes. Overrides must
+give the reference's results up to float32 rounding (the attention kernel: its stated
+bound), and fall back to the reference for cases they do not handle.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ..quant import registry
+from .kv_types import load as kv_load, store as kv_store
 from .layers import ACTIVATION_FNS, attention, rms_norm, rotate
 
 
@@ -64,16 +67,17 @@ def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.nda
         q = rotate(q, cos, sin, dim, neox)
         k = rotate(k, cos, sin, dim, neox)
     end = start + k.shape[0]
-    k_cache[:, start:end] = k.transpose(1, 0, 2)                   # [T, n_kv, hd] -> [n_kv, T, hd]
-    v_cache[:, start:end] = v.transpose(1, 0, 2)
+    kv_store(k_cache, k.shape[2], slice(start, end), k)   # [T, n_kv, hd] -> [n_kv, T, row]
+    kv_store(v_cache, v.shape[2], slice(start, end), v)
     return q
 
 
 def cached_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
                      q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
     """`layers.attention` over the first `n_keys` cached positions -> `[T, H * hd]`."""
-    return attention(q, k_cache[:, :n_keys], v_cache[:, :n_keys], q_pos, scale,
-                     window or None)
+    hd = q.shape[2]
+    return attention(q, kv_load(k_cache, hd, slice(0, n_keys)),
+                     kv_load(v_cache, hd, slice(0, n_keys)), q_pos, scale, window or None)
 
 
 def rope_store_paged(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
@@ -83,8 +87,8 @@ def rope_store_paged(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[
     if cos is not None:
         q = rotate(q, cos, sin, dim, neox)
         k = rotate(k, cos, sin, dim, neox)
-    k_pool[:, slots] = k.transpose(1, 0, 2)                         # [T, n_kv, hd] -> [n_kv, T, hd]
-    v_pool[:, slots] = v.transpose(1, 0, 2)
+    kv_store(k_pool, k.shape[2], slots, k)                # [T, n_kv, hd] -> [n_kv, T, row]
+    kv_store(v_pool, v.shape[2], slots, v)
     return q
 
 
@@ -108,8 +112,10 @@ def attention_paged(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray,
             last += 1
         n_keys = int(q_pos[first:last].max()) + 1
         slots = sequence_slots(tables[first], block, n_keys)        # [L]
-        out[first:last] = attention(q[first:last], k_pool[:, slots], v_pool[:, slots],
-                                    q_pos[first:last], scale, window or None)
+        hd = q.shape[2]
+        out[first:last] = attention(q[first:last], kv_load(k_pool, hd, slots),
+                                    kv_load(v_pool, hd, slots), q_pos[first:last],
+                                    scale, window or None)
         first = last
     return out
 

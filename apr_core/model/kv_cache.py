@@ -1,8 +1,9 @@
 """Key/value cache: preallocated per-layer arrays that decode steps append to.
 
 Keys are cached *after* RoPE (seed 004 §3, F-REALIZE-003), so a decode step rotates only
-its own new key. Layout per layer is `[n_kv_heads, capacity, head_dim]`: attention reads
-one contiguous `[L, head_dim]` slab per KV head. The arrays are allocated once with
+its own new key. Layout per layer is `[n_kv_heads, capacity, row]`, one row per KV head
+and position in the cache's KV type (`kv_types`: f32, f16, q8_0, q4_0; `--kv-type`):
+attention reads one contiguous slab per KV head. The arrays are allocated once with
 `np.zeros`, which the OS backs lazily, so an unused tail of the capacity costs nothing.
 """
 from __future__ import annotations
@@ -13,22 +14,28 @@ import numpy as np
 
 from ..errors import AprError, ErrorCode
 from ..quant import registry
+from .kv_types import DEFAULT as KV_DEFAULT, allocate as kv_allocate, get as kv_get
+from .kv_types import load as kv_load, store as kv_store
 
 
 class KVCache:
     """Per-layer K and V for positions `0 .. length-1` of one sequence."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int,
-                 kernels: Optional[registry.Kernels] = None) -> None:
+                 kernels: Optional[registry.Kernels] = None,
+                 kv_type: str = KV_DEFAULT) -> None:
         if capacity <= 0:
             raise AprError(ErrorCode.ARGUMENT, "KV cache capacity must be positive",
                            capacity=capacity)
         self.kernels = kernels or registry.NUMPY   # its model's backend (rope_store, attention)
         self.capacity = int(capacity)
         self.length = 0
-        shape = (n_kv_heads, self.capacity, head_dim)
-        self.k: List[np.ndarray] = [np.zeros(shape, np.float32) for _ in range(n_layers)]
-        self.v: List[np.ndarray] = [np.zeros(shape, np.float32) for _ in range(n_layers)]
+        self.head_dim = head_dim
+        self.kv_type = kv_get(kv_type, head_dim).name
+        self.k: List[np.ndarray] = [kv_allocate(self.kv_type, n_kv_heads, self.capacity,
+                                                      head_dim) for _ in range(n_layers)]
+        self.v: List[np.ndarray] = [kv_allocate(self.kv_type, n_kv_heads, self.capacity,
+                                                      head_dim) for _ in range(n_layers)]
 
     @property
     def nbytes(self) -> int:
@@ -41,14 +48,15 @@ class KVCache:
                            length=self.length, new=n_new, capacity=self.capacity)
 
     def store(self, layer: int, k: np.ndarray, v: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """Write `k, v [T, n_kv, hd]` at positions `length .. length+T-1` of `layer`; return
-        views of all keys and values so far, each `[n_kv, length+T, hd]`. `length` moves
-        on only at `advance`, once every layer has stored its part of the step."""
-        t = k.shape[0]
-        end = self.length + t
-        self.k[layer][:, self.length:end] = k.transpose(1, 0, 2)      # [T, n_kv, hd] -> [n_kv, T, hd]
-        self.v[layer][:, self.length:end] = v.transpose(1, 0, 2)
-        return self.k[layer][:, :end], self.v[layer][:, :end]
+        """Write `k, v [T, n_kv, hd]` at positions `length .. length+T-1` of `layer`
+        (encoded as the KV type); return all keys and values so far as float32, each
+        `[n_kv, length+T, hd]`. `length` moves on only at `advance`, once every layer has
+        stored its part of the step."""
+        end = self.length + k.shape[0]
+        kv_store(self.k[layer], self.head_dim, slice(self.length, end), k)
+        kv_store(self.v[layer], self.head_dim, slice(self.length, end), v)
+        return (kv_load(self.k[layer], self.head_dim, slice(0, end)),
+                kv_load(self.v[layer], self.head_dim, slice(0, end)))
 
     def layer(self, layer: int) -> Tuple[np.ndarray, np.ndarray]:
         """The whole K and V arrays of `layer`, each `[n_kv, capacity, hd]` (positions
@@ -87,8 +95,8 @@ class KVCache:
             raise AprError(ErrorCode.ARGUMENT, "cannot truncate the KV cache beyond its length",
                            length=length, current=self.length)
         for k, v in zip(self.k, self.v):       # each [n_kv, capacity, hd]
-            k[:, length:self.length] = 0.0
-            v[:, length:self.length] = 0.0
+            k[:, length:self.length] = 0
+            v[:, length:self.length] = 0
         self.length = length
 
     def reset(self) -> None:

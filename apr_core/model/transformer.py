@@ -26,6 +26,7 @@ from ..tensor import ModelFile
 from .config import ModelConfig, config_from_apr, config_from_gguf, config_from_hf
 from .families import Family, Resolved, contracts, resolve_tensors
 from .fused import KINDS as _FUSED_KINDS  # noqa: F401  (registers the fused kinds' numpy references)
+from .kv_types import DEFAULT as KV_DEFAULT
 from .kv_cache import KVCache
 from .layers import ACTIVATION_FNS, Norm, Rope, rms_norm
 from .weights import Linear, matmul_group
@@ -68,6 +69,10 @@ class Transformer:
         self.ropes: Dict[str, Rope] = self._build_ropes(config)
         self.attn_scale = config.attn_scale or config.head_dim ** -0.5
         self.act = ACTIVATION_FNS[config.act]
+        self.kv_type = KV_DEFAULT     # KV cache type of new caches (`--kv-type`)
+        # a device backend's whole-model runner (webgpu: apr_core.gpu.GpuForward), set by
+        # its kernels' `attach`; forward passes go to it, with the KV cache on the device
+        self.device: Any = None
 
     def _build_ropes(self, config: ModelConfig) -> Dict[str, Rope]:
         if config.positions != "rope":
@@ -106,8 +111,12 @@ class Transformer:
         family = Family(config.arch, contracts()[config.arch])
         where = resolve_tensors(family, config.source, config.dims(), config.flags(),
                                 config.n_layers, model_file.tensors)
-        return _Loader(model_file, config, where, dequantize_at_load,
-                       kernels or registry.NUMPY).build(cls)
+        model = _Loader(model_file, config, where, dequantize_at_load,
+                        kernels or registry.NUMPY).build(cls)
+        attach = getattr(model.kernels, "attach", None)
+        if attach is not None:       # a device backend uploads the weights now
+            attach(model)
+        return model
 
     @classmethod
     def from_path(cls, path: str, dequantize_at_load: bool = False,
@@ -126,17 +135,24 @@ class Transformer:
 
     # ------------------------------------------------------------------ running
 
-    def new_cache(self, capacity: Optional[int] = None) -> KVCache:
-        """A KV cache for up to `capacity` positions (default: the model's context)."""
+    def new_cache(self, capacity: Optional[int] = None, kv_type: Optional[str] = None
+                  ) -> KVCache:
+        """A KV cache for up to `capacity` positions (default: the model's context), in
+        KV type `kv_type` (default: the model's `kv_type`)."""
         cfg = self.config
         size = min(int(capacity or cfg.max_ctx), cfg.max_ctx)
-        return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, size, self.kernels)
+        return KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, size, self.kernels,
+                       kv_type or self.kv_type)
 
     def forward(self, token_ids: Sequence[int], cache: Optional[KVCache] = None,
                 last_only: bool = False) -> np.ndarray:
         """Run `token_ids` after whatever `cache` holds; return logits `[T, n_vocab]`
         (`[1, n_vocab]` for the last position only when `last_only`). Without a cache the
         tokens are a whole sequence from position 0."""
+        if self.device is not None:
+            count = np.asarray(token_ids).reshape(-1).size
+            return self.device.forward_rows(token_ids, cache, [count - 1] if last_only
+                                            else range(count))
         x = self.hidden_states(token_ids, cache)                       # [T, d_model]
         if last_only:
             x = x[-1:]
@@ -146,6 +162,8 @@ class Transformer:
                      ) -> np.ndarray:
         """`forward` with logits for the given rows only (a batch step: the last row of
         each sequence that samples next) -> `[len(rows), n_vocab]`."""
+        if self.device is not None:
+            return self.device.forward_rows(token_ids, cache, rows)
         x = self.hidden_states(token_ids, cache)                       # [T, d_model]
         picked = np.ascontiguousarray(x[np.asarray(rows, np.int64)])   # [R, d_model]
         return self.lm_head.matmul(picked)                             # [R, n_vocab]

@@ -38,8 +38,9 @@ class Kernels:
     def __init__(self, backend: str = REFERENCE, uniform_rows: int = 1) -> None:
         self.backend = backend
         # Rows from which its matmul takes one path whatever the count (numba: integer
-        # dots up to 4 rows, float products above): the batching scheduler prefills at
-        # least this many rows so a cached prefix computes what a cold one does.
+        # dots up to 16 rows, float products above): the batching scheduler prefills at
+        # least this many rows so a cached prefix computes what a cold one does, and
+        # verifies fewer drafted rows so each computes as a decode step does.
         self.uniform_rows = uniform_rows
         self._order = (backend,) if backend == REFERENCE else (backend, REFERENCE)
 

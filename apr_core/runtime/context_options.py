@@ -8,7 +8,9 @@ Unset fields keep what the model file says. The model's context becomes `ctx` (t
 memory it needs grows with it); RoPE scaling "linear" divides positions by the factor
 (`rope_scale`, or 1 / `rope_freq_scale`), "yarn" stretches the original context
 (`yarn_orig_ctx`, default the model's trained context) by the factor with YaRN's
-frequency ramp and attention factor, "none" turns the file's scaling off.
+frequency ramp and attention factor, "none" turns the file's scaling off. `kv_type`
+(llama.cpp's `--cache-type-k/-v`, one type for both) is the storage of the KV cache the
+model's new caches and the engine's block pool use (apr_core.model.kv_types).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from ..errors import AprError, ErrorCode
+from ..model import kv_types
 from ..model.config import RopeScaling, yarn_mscale
 
 SCALINGS = ("none", "linear", "yarn")
@@ -33,6 +36,7 @@ class ContextOptions:
     yarn_beta_fast: Optional[float] = None
     yarn_beta_slow: Optional[float] = None
     yarn_attn_factor: Optional[float] = None  # YaRN: cos/sin multiplier (default derived)
+    kv_type: Optional[str] = None             # KV cache storage: f32 | f16 | q8_0 | q4_0
 
     def __post_init__(self) -> None:
         positive = [v for v in (self.ctx, self.rope_freq_base, self.rope_scale,
@@ -42,6 +46,9 @@ class ContextOptions:
                 self.rope_scaling is not None and self.rope_scaling not in SCALINGS):
             raise AprError(ErrorCode.ARGUMENT, "context or RoPE option out of range",
                            options=repr(self), scalings=", ".join(SCALINGS))
+        if self.kv_type is not None and self.kv_type not in kv_types.NAMES:
+            raise AprError(ErrorCode.ARGUMENT, "unknown KV cache type", kv_type=self.kv_type,
+                           choices=", ".join(kv_types.NAMES))
 
     @property
     def empty(self) -> bool:
@@ -78,6 +85,8 @@ def apply_context(transformer: Any, o: ContextOptions) -> Dict[str, Any]:
         return {}
     cfg = transformer.config
     changes: Dict[str, Any] = {}
+    if o.kv_type:
+        transformer.kv_type = kv_types.get(o.kv_type, cfg.head_dim).name
     if o.ctx:
         changes["max_ctx"] = int(o.ctx)
     if cfg.positions == "rope":

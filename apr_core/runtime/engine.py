@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator, List, Optional, Sequence
 
 from ..errors import AprError, ErrorCode
+from ..model import kv_types
 from ..quant import registry
 from .batching.paged_kv import DEFAULT_BLOCK_SIZE, BlockPool
 from .batching.request import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
@@ -32,6 +33,9 @@ from .speculative import SpeculativeConfig
 from .text_model import Generation, Piece, TextModel
 
 DEFAULT_KV_MEMORY = 2 << 30     # bytes of KV blocks (virtual until written)
+# The engine's KV cache type unless the options name one (`--kv-type`): half the memory
+# of float32 (llama.cpp's default too); the library's caches default to kv_types.DEFAULT.
+DEFAULT_KV_TYPE = "f16"
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class Engine:
             model.chat_template = options.chat_template
         if options.context is not None:
             apply_context(model.transformer, options.context)
+        if options.context is None or options.context.kv_type is None:
+            model.transformer.kv_type = kv_types.get(
+                DEFAULT_KV_TYPE, model.transformer.config.head_dim).name
         return cls(model, options, os.fspath(path), time.perf_counter() - start)
 
     @property
@@ -109,7 +116,8 @@ class Engine:
             cfg, opts = self.transformer.config, self.options
             most = opts.max_batch * -(-cfg.max_ctx // opts.block_size)
             self._pool = BlockPool.for_model(cfg, opts.kv_memory, opts.block_size,
-                                             opts.prefix_cache, max_blocks=most)
+                                             opts.prefix_cache, max_blocks=most,
+                                             kv_type=self.transformer.kv_type)
         return self._pool
 
     @property
@@ -199,4 +207,14 @@ class Engine:
                           end - first, counters)
 
 
-__all__ = ["Engine", "EngineOptions", "DEFAULT_KV_MEMORY"]
+    def kv_report(self) -> dict:
+        """The KV cache's type, bytes per position (K and V, every layer) and the bytes a
+        full context takes (`--verbose`, `apr bench`)."""
+        cfg = self.transformer.config
+        per = kv_types.token_bytes(self.transformer.kv_type, cfg.n_layers, cfg.n_kv_heads,
+                                   cfg.head_dim)
+        return {"kv_type": self.transformer.kv_type, "bytes_per_token": per,
+                "context": cfg.max_ctx, "context_bytes": per * cfg.max_ctx}
+
+
+__all__ = ["Engine", "EngineOptions", "DEFAULT_KV_MEMORY", "DEFAULT_KV_TYPE"]

@@ -28,7 +28,7 @@ def test_every_fused_kind_has_a_numba_version():
 def steps(model):
     """Logits of a prefill, four single-token steps and one 3-token step."""
     cache = model.new_cache(32)
-    out = [model.forward([1, 5, 9, 2, 7, 3], cache)]
+    out = [model.forward([1, 5, 9, 2, 7, 3] * 3, cache)]
     for token in (11, 4, 8, 2):
         out.append(model.forward([token], cache))
     out.append(model.forward([6, 1, 3], cache))
@@ -57,8 +57,8 @@ def test_one_call_layer_equals_the_kinds_bit_for_bit(arch, quant, kv, tmp_path, 
     model = Transformer.from_path(str(path), kernels=numba_backend)
     calls = count_fused_layers(monkeypatch)
     fast = steps(model)
-    # the prefill (6 tokens > DOT_MAX_TOKENS: float products), 4 decode steps and the
-    # 3-token step (integer dots) run each of the 2 layers in one call
+    # the prefill (18 tokens > DOT_MAX_TOKENS: float products), 4 decode steps and the
+    # 3-token step (integer dots, several tokens a block) run each of the 2 layers in one call
     assert len(calls) == 6 * model.config.n_layers
     monkeypatch.delitem(registry._KERNELS[("decoder_block", "*")], "numba")
     by_kinds = steps(model)
@@ -95,4 +95,4 @@ def test_plan_follows_the_model_config(tmp_path):
     assert plan.o_bias.size == 0 and plan.down_bias.size == 0
     assert plan.glu.rows == 2 * cfg.d_ff and plan.down.rows == cfg.d_model
     assert plan.norm_weights.shape == (2, cfg.d_model) and plan.window == 0
-    assert cpu.DOT_MAX_TOKENS >= 3        # the 3-token step above is a one-call step
+    assert 3 <= cpu.DOT_MAX_TOKENS < 18   # the steps above: integer dots, float products

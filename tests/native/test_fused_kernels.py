@@ -7,9 +7,8 @@ Tolerances (derived in apr_native/kernels/cpu_fused.py's docstring):
 - rope_store: the same float32 operations in the same order: exact.
 - rms_norm_add: the residual sum is exact; the norm differs by the mean of squares'
   summation (float64 vs float32): a few ulp of each output.
-- attention: float64 scores; the V sum is float32 in another order, each side within
-  L u sum_j p_j |v_j| of the exact value (u = 2^-24), plus one ulp of p_j each: the bound
-  (2 L + 2) u sum_j p_j |v_j| per output.
+- attention: the blocked kernel, tested with its derived bound in
+  test_attention_blocked.py.
 - matmul_glu: the int16-activation matvec bound of test_numba_kernels through SiLU and the
   product (|SiLU'| <= 1.1).
 """
@@ -85,51 +84,6 @@ def test_rope_store_without_rotation_stores_as_is():
     np.testing.assert_array_equal(q_out, q)
     np.testing.assert_array_equal(ours[0][:, 2:5], k.transpose(1, 0, 2))
     np.testing.assert_array_equal(ours[1][:, 2:5], v.transpose(1, 0, 2))
-
-
-def attention_bound(q, k_cache, v_cache, n_keys, q_pos, scale, window):
-    """(2 L + 2) u sum_j p_j |v_j| per output, p from a float64 softmax."""
-    t, n_heads, hd = q.shape
-    n_kv = k_cache.shape[0]
-    k = k_cache[:, :n_keys].astype(np.float64)
-    v = np.abs(v_cache[:, :n_keys]).astype(np.float64)
-    out = np.empty((t, n_heads, hd))
-    for h in range(n_heads):
-        kv = h // (n_heads // n_kv)
-        s = (q[:, h].astype(np.float64) * scale) @ k[kv].T                # [T, L]
-        j = np.arange(n_keys)[None, :]
-        p = q_pos[:, None]
-        ok = (j <= p) & ((window == 0) | (p - j < max(window, 1)))
-        s = np.where(ok, s, -np.inf)
-        e = np.exp(s - s.max(axis=1, keepdims=True))
-        out[:, h] = (e / e.sum(axis=1, keepdims=True)) @ v[kv]
-    return ((2 * n_keys + 2) * U * out).reshape(t, n_heads * hd)
-
-
-@pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("tokens,n_keys,window", [
-    (1, 1, 0), (1, 37, 0), (1, 300, 0),      # decode: first step, short, long (pool task)
-    (9, 40, 0),                              # prefill after a cached prefix
-    (1, 37, 8), (9, 40, 4),                  # sliding window
-])
-def test_attention_within_bound(shape, tokens, n_keys, window, pool_threads):
-    _, n_heads, n_kv, hd, _ = SHAPES[shape]
-    rng = np.random.default_rng(n_keys)
-    q = (rng.standard_normal((tokens, n_heads, hd)) * 4).astype(np.float32)
-    cap = n_keys + 3
-    k_cache = (rng.standard_normal((n_kv, cap, hd)) * 4).astype(np.float32)
-    v_cache = rng.standard_normal((n_kv, cap, hd)).astype(np.float32)
-    q_pos = np.arange(n_keys - tokens, n_keys)
-    args = (q, k_cache, v_cache, n_keys, q_pos, hd ** -0.5, window)
-    ref = fused.cached_attention(*args)
-    got = cpu_fused.attention(*args)
-    assert got.shape == ref.shape == (tokens, n_heads * hd)
-    err = np.abs(got.astype(np.float64) - ref)
-    bound = attention_bound(*args)
-    assert (err <= bound + 1e-30).all(), (err - bound).max()
-    if window:       # the window matters: without it the result differs
-        wide = fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, hd ** -0.5, 0)
-        assert np.abs(wide - ref).max() > 1e-3
 
 
 def quantized_linear(rng, name, shape, bias=None):

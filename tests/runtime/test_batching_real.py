@@ -34,7 +34,8 @@ def engine(request, smollm2_gguf, qwen_gguf):
 
 def scheduler_for(engine, blocks, max_batch=12, prefix_cache=True):
     cfg = engine.transformer.config
-    pool = BlockPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, blocks, 16, prefix_cache)
+    pool = BlockPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, blocks, 16, prefix_cache,
+                     kv_type=engine.transformer.kv_type)       # the engine pool's KV type
     return Scheduler(engine.transformer, engine.model.tokenizer, pool, max_batch=max_batch,
                      min_prefill_rows=engine.scheduler.min_prefill_rows)
 
@@ -84,8 +85,8 @@ def test_batched_greedy_tokens_equal_decoding_alone(engine):
 def test_prefix_cache_hits_give_identical_logits(engine):
     """A warm request reads the cold one's blocks and computes only the rest of the
     prompt: its logprobs equal the cold request's bit for bit, and a session computing
-    the same rows without any cache. (The scheduler leaves more than 4 rows to compute:
-    the numba matmul takes integer dots up to 4 rows and float products above, and
+    the same rows without any cache. (The scheduler leaves more than 16 rows to compute:
+    the numba matmul takes integer dots up to 16 rows and float products above, and
     only one path gives the cold prefill's numbers.)"""
     system = ("You are a careful assistant. Answer in one short sentence, without "
               "lists, and never apologise. ") * 4
@@ -96,7 +97,9 @@ def test_prefix_cache_hits_give_identical_logits(engine):
     warm = drive(scheduler, [req()])[0]
     cached = warm["finish"].cached_tokens
     assert cold["finish"].cached_tokens == 0
-    assert cached == (len(ids) - 5) // 16 * 16 >= 16 * 4    # the prompt's full blocks
+    rows = engine.scheduler.min_prefill_rows              # the backend's uniform rows
+    assert rows == engine.transformer.kernels.uniform_rows > 16
+    assert cached == (len(ids) - rows) // 16 * 16 >= 16 * 4    # the prompt's full blocks
     assert warm["tokens"] == cold["tokens"]
     assert warm["logprobs"] == cold["logprobs"]
     with engine.session() as session:

@@ -205,22 +205,51 @@ def _pool_arrays(pool):
     return [a.copy() for a in pool.k + pool.v]          # each [n_kv, slots, hd]
 
 
-def test_rollback_leaves_the_paged_cache_as_if_never_drafted(models):
+@pytest.fixture(scope="module")
+def target_hd32(tmp_path_factory):
+    """The target's kind of model with head_dim 32 (whole Q8_0 / Q4_0 blocks per row), on
+    numpy and on numba."""
+    d = tmp_path_factory.mktemp("spec32")
+    write_gguf_model(d / "t.gguf", arch="qwen2", quant="Q8_0", seed=3, n_vocab=N_VOCAB,
+                     n_heads=2, n_kv_heads=1)
+    from apr_native import backends
+    return {"numpy": Transformer.from_path(str(d / "t.gguf")),
+            "numba": Transformer.from_path(str(d / "t.gguf"),
+                                           kernels=backends.select("numba"))}
+
+
+@pytest.mark.parametrize("kv_type,backend", [("f32", None), ("f16", "numpy"),
+                                             ("q8_0", "numpy"), ("q4_0", "numpy"),
+                                             ("q8_0", "numba"), ("q4_0", "numba")])
+def test_rollback_leaves_the_paged_cache_as_if_never_drafted(models, target_hd32, kv_type,
+                                                             backend):
     """One decode step whose draft (3 tokens) is rejected at its first token: the pool
     differs from before the step only at the pending token's slot (what a plain decode
     step writes); the three draft slots hold their bytes from before (zeros), and the
-    block the draft alone needed is free again."""
-    target, _ = models
+    block the draft alone needed is free again. For every KV type: a row is one position
+    (apr_core.model.kv_types), so quantized blocks roll back byte for byte too."""
+    target = models[0] if backend is None else target_hd32[backend]
     cfg = target.config
-    pool = BlockPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 64, 4)
+    pool = BlockPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 64, 4, kv_type=kv_type)
     sched = Scheduler(target, Vocab(), pool, 1, 64)
     events = []
-    sched.submit(GenerationRequest(PROMPT, SamplerConfig(temperature=0.0), 20,
+    sched.submit(GenerationRequest(PROMPT, SamplerConfig(temperature=0.0), 40,
                                    speculative=SpeculativeConfig("lookup", draft_max=3)),
                  events.append)
-    while sched.running == [] or sched.running[0].generated < 2 \
-            or len(sched.running[0].tokens) % 4 != 3:   # the draft runs into a new block
+    def no_draft(tokens, limit):             # one token per step until the step under test
+        speculator.draft, speculator.q = [], None
+        return []
+    for _ in range(200):                    # (bounded: a finished sequence fails, not hangs)
+        if sched.running and sched.running[0].generated >= 2 \
+                and len(sched.running[0].tokens) % 4 == 3:   # the draft runs into a new block
+            break
+        assert sched.running or not events, "the sequence ended before the step under test"
+        if sched.running:
+            speculator = sched.running[0].speculator
+            speculator.propose = no_draft
         sched.step()
+    else:
+        pytest.fail("no step reached a block's last slot")
     seq = sched.running[0]
     pending = seq.computed                                   # its position
     right = int(np.argmax(target.forward(seq.tokens)[-1]))   # what greedy decoding picks

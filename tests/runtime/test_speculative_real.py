@@ -43,6 +43,10 @@ def test_lookup_on_a_code_edit_keeps_greedy_ids(qwen_gguf):
     assert 0 < s["accepted_tokens"] < s["drafted_tokens"]     # kept and rejected drafts
     assert s["tokens_per_pass"] > 2.0                          # copying is what it speeds up
     assert "speculative" not in plain
+    # the longest drafts the numba backend verifies: passes of up to 16 rows
+    longest = apr_json(*args, "--speculate", "lookup", "--draft-max", "15")
+    assert longest["token_ids"] == plain["token_ids"]
+    assert longest["speculative"]["tokens_per_pass"] > s["tokens_per_pass"]
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,12 @@ live in, under a memory budget, with prefix caching.
     pool.release(table[0])                            # refcount 0: free, still findable
     pool.lookup(pool.chain_hash(None, tokens[:16]))   # -> the same block, computed KV kept
 
-Layout per layer: `k[layer], v[layer]` are `[n_kv, n_blocks * block_size, head_dim]`
-float32, so block b holds slots `b*block_size .. (b+1)*block_size - 1` of every KV head
-(the form `fused.attention_paged` reads). Arrays come from `np.zeros`, which the OS backs
+Layout per layer: `k[layer], v[layer]` are `[n_kv, n_blocks * block_size, row]` in the
+pool's KV type (`model.kv_types`: a row is one position of one KV head, `head_dim` f32 or
+f16 values or `head_dim / 32` Q8_0 / Q4_0 blocks), so block b holds slots
+`b*block_size .. (b+1)*block_size - 1` of every KV head (the form
+`fused.attention_paged` reads). Rows never share bytes, so zeroing a position (`clear`)
+restores the pool byte for byte whatever the type. Arrays come from `np.zeros`, which the OS backs
 lazily: a budget costs memory only as blocks are first written.
 
 Prefix caching: a full block is keyed by a hash of its tokens chained with the hash of the
@@ -28,6 +31,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ...errors import AprError, ErrorCode
+from ...model import kv_types
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -36,16 +40,20 @@ class BlockPool:
     """KV blocks of one model: storage, refcounts, free list and prefix index."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, n_blocks: int,
-                 block_size: int = DEFAULT_BLOCK_SIZE, prefix_cache: bool = True) -> None:
+                 block_size: int = DEFAULT_BLOCK_SIZE, prefix_cache: bool = True,
+                 kv_type: str = kv_types.DEFAULT) -> None:
         if n_blocks <= 0 or block_size <= 0:
             raise AprError(ErrorCode.ARGUMENT, "KV pool needs at least one block of one slot",
                            n_blocks=n_blocks, block_size=block_size)
         self.block_size = int(block_size)
         self.n_blocks = int(n_blocks)
         self.prefix_cache = prefix_cache
-        shape = (n_kv_heads, self.n_blocks * self.block_size, head_dim)
-        self.k: List[np.ndarray] = [np.zeros(shape, np.float32) for _ in range(n_layers)]
-        self.v: List[np.ndarray] = [np.zeros(shape, np.float32) for _ in range(n_layers)]
+        self.kv_type = kv_types.get(kv_type, head_dim).name
+        slots = self.n_blocks * self.block_size
+        self.k: List[np.ndarray] = [kv_types.allocate(self.kv_type, n_kv_heads, slots, head_dim)
+                                    for _ in range(n_layers)]
+        self.v: List[np.ndarray] = [kv_types.allocate(self.kv_type, n_kv_heads, slots, head_dim)
+                                    for _ in range(n_layers)]
         self.refcount = [0] * self.n_blocks
         self._fresh: List[int] = list(range(self.n_blocks - 1, -1, -1))   # never cached
         self._cached_free: "OrderedDict[int, None]" = OrderedDict()       # LRU, oldest first
@@ -56,11 +64,12 @@ class BlockPool:
 
     @classmethod
     def for_model(cls, config, budget_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE,
-                  prefix_cache: bool = True, max_blocks: Optional[int] = None
-                  ) -> "BlockPool":
-        """As many blocks as `budget_bytes` holds for `config` (a ModelConfig), at most
-        `max_blocks`; AprError(MEMORY) when the budget is below one block."""
-        per_block = block_bytes(config, block_size)
+                  prefix_cache: bool = True, max_blocks: Optional[int] = None,
+                  kv_type: str = kv_types.DEFAULT) -> "BlockPool":
+        """As many blocks as `budget_bytes` holds for `config` (a ModelConfig) in KV type
+        `kv_type`, at most `max_blocks`; AprError(MEMORY) when the budget is below one
+        block."""
+        per_block = block_bytes(config, block_size, kv_type)
         n = int(budget_bytes) // per_block
         if max_blocks is not None:
             n = min(n, int(max_blocks))
@@ -68,7 +77,7 @@ class BlockPool:
             raise AprError(ErrorCode.MEMORY, "KV memory budget is smaller than one block",
                            budget=int(budget_bytes), block_bytes=per_block)
         return cls(config.n_layers, config.n_kv_heads, config.head_dim, n, block_size,
-                   prefix_cache)
+                   prefix_cache, kv_type)
 
     # ------------------------------------------------------------------ accounting
 
@@ -141,7 +150,7 @@ class BlockPool:
         slots = [table[pos // bs] * bs + pos % bs for pos in range(start, stop)]
         for arrays in (self.k, self.v):
             for layer in arrays:                      # [n_kv, slots, hd]
-                layer[:, slots] = 0.0
+                layer[:, slots] = 0
 
     # ------------------------------------------------------------------ prefix cache
 
@@ -175,9 +184,10 @@ class BlockPool:
         self._hash_of[block] = key
 
 
-def block_bytes(config, block_size: int) -> int:
-    """Bytes of one block: K and V, float32, every layer and KV head."""
-    return 2 * 4 * config.n_layers * config.n_kv_heads * config.head_dim * block_size
+def block_bytes(config, block_size: int, kv_type: str = kv_types.DEFAULT) -> int:
+    """Bytes of one block: K and V of `block_size` positions, every layer and KV head."""
+    return kv_types.token_bytes(kv_type, config.n_layers, config.n_kv_heads,
+                                config.head_dim) * block_size
 
 
 __all__ = ["BlockPool", "block_bytes", "DEFAULT_BLOCK_SIZE"]

@@ -27,9 +27,11 @@ import time
 from typing import Any, Callable, Dict, List, Tuple
 
 from apr_core.errors import AprError, ErrorCode
+from apr_core.model.kv_types import NAMES as KV_TYPES
 
 from .. import backends
 from .common import emit_json, resolve_model
+from .context_args import kv_line
 
 COMMANDS = {
     "bench": "prefill/decode speed, TTFT, load time and peak RSS, optionally against "
@@ -53,11 +55,14 @@ Runner = Tuple[Callable[[List[int]], Any], Callable[[int], Any]]
 
 
 def _apr_runner(path: str, opts: Dict[str, Any]) -> Runner:
+    from apr_core.runtime.context_options import ContextOptions
     from apr_native.engine import EngineOptions, load_engine
     engine = load_engine(path, EngineOptions(backend=opts.get("backend"),
-                                             mmap=not opts.get("no_mmap")),
+                                             mmap=not opts.get("no_mmap"),
+                                             context=ContextOptions(kv_type=opts.get("kv_type"))),
                          with_tokenizer=False)
     opts["backend"] = engine.backend
+    opts["kv_cache"] = engine.kv_report()
     state: Dict[str, Any] = {}
 
     def prefill(ids: List[int]) -> Any:
@@ -158,6 +163,7 @@ def measure(runtime: str, path: str, ids: List[int], opts: Dict[str, Any]) -> Di
         "prefill_tok_s": len(ids) / ttft, "decode_tok_s": (n - 1) / decode if n > 1 else None,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "backend": opts.get("backend"), "threads": opts["threads"], "runs": runs,
+        "kv_cache": opts.get("kv_cache"),
         # what this child actually ran on: the parent's ids and thread settings
         "prompt_ids": list(ids), "thread_env": {v: os.environ.get(v) for v in THREAD_VARS},
     }
@@ -250,12 +256,19 @@ def _print(path: str, ids: List[int], opts: Dict[str, Any], results: List[Dict[s
     for r in results:
         label = r["label"] + (" [{}]".format(r["backend"]) if r.get("backend") else "") \
             if "label" in r else r["runtime"]
+        if r.get("kv_cache"):
+            label += " kv " + r["kv_cache"]["kv_type"]
         if "error" in r:
             print("  {:30s} error: {}".format(label, r["error"]))
             continue
         print("  {:30s} {:10.1f} {:10.2f} {:8.3f} {:8.2f} {:7.0f}MB".format(
             label, r["prefill_tok_s"], r["decode_tok_s"] or 0.0, r["ttft_s"], r["load_s"],
             r["peak_rss_bytes"] / 1e6))
+    for r in results:
+        if r.get("kv_cache"):
+            print("  {}: {}".format(r["label"], kv_line(r["kv_cache"])))
+    if "llama.cpp" in [r["runtime"] for r in results]:
+        print("  llama.cpp's KV cache: f16 (its default)")
     for peer, row in table.items():
         print("  apr / {}: ".format(peer) + ", ".join(
             "{} {:.2f}x".format(key, value) for key, value in row.items()))
@@ -275,7 +288,7 @@ def run_bench(args: argparse.Namespace) -> int:
     opts = {"prompt_tokens": args.prompt_tokens, "decode_tokens": args.decode_tokens,
             "repeats": args.repeats, "warmup": max(0, args.warmup),
             "threads": args.threads or threads(), "backend": args.backend,
-            "no_mmap": args.no_mmap, "rounds": args.rounds}
+            "no_mmap": args.no_mmap, "rounds": args.rounds, "kv_type": args.kv_type}
     ids = prompt_ids(path, args.prompt_tokens)
     order = ["apr"] + [c for c in RUNTIMES[1:] if c in (args.compare or [])]
     rounds = [[_run_child(runtime, path, ids, dict(opts)) for runtime in order]
@@ -308,6 +321,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="apr kernel backend (default: $APR_BACKEND or auto)")
     p.add_argument("--threads", type=int, help="threads for every runtime (default: cores)")
     p.add_argument("--no-mmap", action="store_true", help="read weights instead of mapping")
+    p.add_argument("--kv-type", choices=KV_TYPES,
+                   help="apr's KV cache type (default f16, as llama.cpp's)")
     p.add_argument("--json", action="store_true", help="one JSON object with every result")
     p.set_defaults(func=run_bench)
 

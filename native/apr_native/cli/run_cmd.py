@@ -15,6 +15,7 @@ from . import context_args
 from . import prompting
 from . import sampler_args
 from . import speculate_args
+from . import transcribe_run
 from .common import emit_json
 
 COMMANDS = {
@@ -30,12 +31,15 @@ def load(args: argparse.Namespace) -> Engine:
         backend=args.backend, dequantize=args.dequantize,
         chat_template=chat_template_arg.option(args), context=context_args.options(args)))
     chat_template_arg.check_run(args, engine.model)     # run/chat: a broken template, once
+    context_args.report_kv(args, engine)
     args.backend = engine.backend
     args.load_seconds = engine.load_seconds
     return engine
 
 
 def run_run(args: argparse.Namespace) -> int:
+    if args.input or transcribe_run.is_whisper_file(args.model):
+        return transcribe_run.run_transcribe(args)      # a Whisper model: speech to text
     prompt = prompting.read_prompt(args)
     engine = load(args)
     ids, template = prompting.prompt_ids(args, engine.model, prompt)
@@ -53,6 +57,7 @@ def run_run(args: argparse.Namespace) -> int:
         cfg = engine.transformer.config
         result["context"] = cfg.max_ctx
         result["rope_scaling"] = cfg.rope_scaling.kind if cfg.positions == "rope" else None
+        result["kv_cache"] = engine.kv_report()
         emit_json(result)
         return 0
     generated = 0
@@ -152,6 +157,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     prompting.add_template_arguments(p)
     p.add_argument("--json", action="store_true",
                    help="one JSON object: text, token_ids, timings")
+    transcribe_run.add_arguments(p)
     p.set_defaults(func=run_run)
     p = sub.add_parser("chat", help="chat with a model (interactive, or one turn per stdin line)")
     _common(p)

@@ -2,11 +2,14 @@
 
     y = matmul(data, dtype, shape, x, scratch_elements)     # x [T, in] -> y [T, out]
 
-Few tokens (decode, T <= `DOT_MAX_TOKENS`): activations are quantized to int16 per run of
-32 and every weight row is dotted block by block in integers (each block's products
-folded into one 8-lane float vector, summed once per row: `cpu_blocks.dot_rows`), rows
-cut into chunks that the threads of `pool` take; the weights are read once, never
-dequantized. Accuracy: each activation moves by
+Few tokens (decode, speculative verification; T <= `DOT_MAX_TOKENS`): activations are
+quantized to int16 per run of 32 and every weight row is dotted block by block in
+integers (each block's products folded into one 8-lane float vector, summed once per
+row), rows cut into chunks that the threads of `pool` take; the weights are read once,
+never dequantized. One token runs `cpu_blocks.dot_rows`; several run
+`cpu_rows.dot_token_rows`, which unpacks each block once for all of them and gives
+every token exactly the bits it gets alone, so a verification pass over a draft computes
+what decode steps would. Accuracy: each activation moves by
 at most half a step, amax / 65534 of its run -- a relative error ~1e-5 on a row's dot, far
 below llama.cpp's 8-bit activations (amax / 254), so greedy tokens follow numpy's even at
 near ties (tests/native/test_numba_kernels.py bounds it, test_numba_parity.py checks tokens).
@@ -28,8 +31,10 @@ from .common import BLOCKS, quantize_x
 from .cpu_blocks import dequantize_row
 
 # Above this many tokens float products of dequantized rows (`cpu_blocks.rows_times_tokens`)
-# beat T integer dots per block.
-DOT_MAX_TOKENS = 4
+# beat integer dots (one thread, ns per 32 weights and token, Q5_0/Q8_0/Q6_K: dots
+# 0.45-0.86 at 16 tokens, products 0.53-0.63; at 32 tokens dots 0.68-2.0, products
+# 0.50-0.54). It is also the most rows a speculative verification pass takes.
+DOT_MAX_TOKENS = 16
 
 
 @njit(parallel=True, cache=True)

@@ -1,76 +1,261 @@
-"""Attention of one query row over a KV cache (numba), shared by the serial kernel of
-`cpu_fused` and the `pool` task that splits query rows between threads.
+"""Blocked (flash-style) attention over a paged KV cache (numba): the kernel behind the
+fused kinds "attention" and "attention_paged" and the one-call decoder layer.
 
-The cache is paged: key position j of the row's sequence sits in slot
-`table[j // block] * block + j % block` of the layer's `[n_kv, slots, hd]` arrays. A
-contiguous one-sequence cache is the case `table = [0]`, `block = capacity`, so one
-kernel serves `apr run`'s cache and the batching scheduler's block pool alike."""
+Key position j of a query row's sequence sits in slot `table[j // block] * block +
+j % block` of the layer's caches `[n_kv, slots, row]` (bytes; `kv_rows` decodes the
+stored type); a contiguous one-sequence cache is `table = [0]`, `block = capacity`.
+
+Work is cut into items, each one (KV head, row tile, key range):
+- a row tile is up to R_TILE consecutive query rows of one sequence (one block table);
+  with every query head of the KV head's GQA group it makes M = rows x group query
+  vectors, which share each decoded K/V block (`attn_tiles`: a key block of KB keys is
+  decoded to float32 once, then multiplies all M vectors);
+- keys are walked in blocks of KB with an online softmax (running max and sum per query
+  vector), so memory does not grow with the square of the context, and each row sees
+  keys `max(0, p - window + 1) .. min(p, n_keys - 1)` (causal, sliding window);
+- when there are too few (head, tile) pairs to keep every thread busy (decode: one row),
+  the keys are split (split-K): each part keeps its max, sum and unnormalized output in
+  `parts`, and `merge_parts` combines them (weights e^(max_part - max)).
+Items are the chunks of one `pool` task (`pool.attention`), or run on the caller.
+
+Precision: scores are float32 (FMA chains over head_dim, q pre-scaled in float32),
+probabilities and sums float32 -- the reference (apr_core.model.layers.attention) keeps
+scores in float64; the bound between the two is derived in tests/native/test_attention_
+blocked.py and holds for the parity tests of both real models.
+"""
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
+
+from .atomics import f32_at, i32_at, i64_at, u8_at
+from .attn_tiles import (mask_block, scores_1v, scores_2v, softmax_block, values_1v,
+                         values_2v)
+from .kv_rows import decode_row
 
 F32 = np.float32
+R_TILE = 32            # query rows per tile
+KB = 64                # keys per block (a multiple of 8)
+SPLIT_KEYS = 512       # keys per split-K part at least
+# item columns: KV head, rows t0 .. t1-1, keys k0 .. k1-1, its `parts` row (-1: none)
+IT_KV, IT_T0, IT_T1, IT_K0, IT_K1, IT_PART = range(6)
+ITEM_COLS = 6
+# descriptor words of a pool task (int64): array addresses, then sizes
+(D_Q, D_K, D_V, D_OUT, D_POS, D_TABLES, D_ITEMS, D_PARTS, D_T, D_H, D_HD, D_NKV, D_SLOTS,
+ D_ROWB, D_KIND, D_TCOLS, D_BLOCK, D_NKEYS, D_WINDOW, D_NITEMS, D_MP, D_NPARTS) = range(22)
+D_WORDS = 22
 
 
 @njit(cache=True)
-def attend_scratch(n_keys, hd):
-    """Scratch arrays of `attend` for up to `n_keys` keys (one per thread, reused)."""
-    return np.empty(n_keys, np.float64), np.empty(hd, np.float64), np.empty(hd, np.float32)
+def lanes(group, rows):
+    """MP, the padded query vectors of a tile: 16, or a multiple of 32 above it."""
+    m = group * rows
+    return 16 if m <= 16 else (m + 31) // 32 * 32
 
 
-@njit(fastmath={"reassoc", "contract"}, cache=True)
-def attend(q, k_cache, v_cache, n_keys, table, block, q_pos, scale, window, t, head,
-           scratch, out):
-    """One query row: `out [hd]` = softmax(q . k / scale over the visible keys) . v,
-    scores and softmax in float64 (`scratch` from `attend_scratch`). The row sees key
-    positions `lo .. min(q_pos[t], n_keys - 1)` of its sequence, whose slots `table
-    [blocks]` and `block` give (module docstring). `reassoc` lets the float64 dot
-    vectorize; no flag here assumes finite values.
-
-    The scaled query is widened to float64 once (not once per key), and the V sum runs
-    in a scratch array apart from the caches, so it vectorizes (an `out` that
-    might overlap the cache kept it scalar): 9 heads over 100 keys 19.5 -> 16.4 us.
-    Keys are walked block by block, so a slot costs an add, not a division."""
-    hd = q.shape[2]
-    kv = head // (q.shape[1] // k_cache.shape[0])
+@njit(inline="always", cache=True)
+def row_keys(q_pos, n_keys, window, t):
+    """(lo, hi): the keys row t sees."""
     p = q_pos[t]
-    hi = min(p, n_keys - 1)
-    lo = 0 if window <= 0 else max(0, p - window + 1)
-    scores, q_scaled, mixed = scratch                        # [n_keys], [hd], [hd]
-    for i in range(hd):
-        q_scaled[i] = float(q[t, head, i]) * scale
-    best = -np.inf
-    for b in range(lo // block, hi // block + 1):
-        first = b * block
-        base = table[b] * block - first                      # slot of key j: base + j
-        for j in range(max(lo, first), min(hi + 1, first + block)):
-            key = k_cache[kv, base + j]                      # [hd]
-            acc = 0.0
+    return (0 if window <= 0 else max(0, p - window + 1)), min(p, n_keys - 1)
+
+
+@njit(cache=True)
+def _same_table(tables, a, b):
+    for c in range(tables.shape[1]):
+        if tables[a, c] != tables[b, c]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def plan(q_pos, tables, n_kv, n_keys, window, want):
+    """(items [n, ITEM_COLS] int64, parts needed): row tiles x KV heads, each tile's keys
+    split in parts when fewer than `want` (head, tile) pairs exist."""
+    t_count = q_pos.shape[0]
+    starts = np.empty(t_count + 1, np.int64)
+    n_tiles, t = 0, 0
+    while t < t_count:
+        t1 = t + 1
+        while t1 < t_count and t1 - t < R_TILE and _same_table(tables, t, t1):
+            t1 += 1
+        starts[n_tiles] = t
+        n_tiles += 1
+        t = t1
+    starts[n_tiles] = t_count
+    split = 1 if n_tiles * n_kv >= want else -(-want // (n_tiles * n_kv))
+    items = np.empty((n_tiles * n_kv * split, ITEM_COLS), np.int64)
+    n, n_parts = 0, 0
+    for tile in range(n_tiles):
+        t0, t1 = starts[tile], starts[tile + 1]
+        k0, k1 = n_keys, 0
+        for r in range(t0, t1):
+            lo, hi = row_keys(q_pos, n_keys, window, r)
+            k0, k1 = min(k0, lo), max(k1, hi + 1)
+        parts = max(1, min(split, (k1 - k0) // SPLIT_KEYS))
+        per_part = -(-(k1 - k0) // parts)                  # ceil
+        step = -(-per_part // KB) * KB                      # whole key blocks
+        for kv in range(n_kv):
+            for s in range(parts):
+                items[n, IT_KV], items[n, IT_T0], items[n, IT_T1] = kv, t0, t1
+                items[n, IT_K0] = k0 + s * step
+                items[n, IT_K1] = min(k1, k0 + (s + 1) * step)
+                items[n, IT_PART] = -1 if parts == 1 else n_parts
+                n_parts += parts > 1
+                n += 1
+    return items[:n], n_parts
+
+
+@njit(cache=True)
+def run_item(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window, scale,
+             items, it, parts, mp):
+    """Item `it` of `items` (module docstring): into `out [T, H, hd]`, or its `parts` row."""
+    heads, hd = q.shape[1], q.shape[2]
+    n_kv, n_slots, row_b = k_bytes.shape
+    group = heads // n_kv
+    kv, t0, t1 = items[it, IT_KV], items[it, IT_T0], items[it, IT_T1]
+    m_real = (t1 - t0) * group
+    qt = np.zeros(hd * mp, F32)                     # [hd, MP]
+    s = np.empty(KB * mp, F32)                      # [KB, MP]
+    ot = np.zeros(hd * mp, F32)                     # [hd, MP]
+    kb = np.zeros(KB * hd, F32)                     # [KB, hd]
+    vb = np.zeros(KB * hd, F32)
+    mx = np.full(mp, -np.inf, F32)
+    total = np.zeros(mp, F32)
+    alpha = np.empty(mp, F32)
+    lo = np.ones(mp, np.int64)                      # padding columns see nothing
+    hi = np.zeros(mp, np.int64)
+    first, last = 0, n_keys          # keys every column sees: first .. last
+    k_min, k_max = n_keys, -1        # keys some column sees
+    for r in range(t1 - t0):
+        a, b = row_keys(q_pos, n_keys, window, t0 + r)
+        first, last = max(first, a), min(last, b)
+        k_min, k_max = min(k_min, a), max(k_max, b)
+        for g in range(group):
+            m = r * group + g
+            lo[m], hi[m] = a, b
             for i in range(hd):
-                acc += q_scaled[i] * float(key[i])
-            scores[j] = acc
-            best = max(best, acc)
-    total = 0.0
-    for j in range(lo, hi + 1):
-        e = math.exp(scores[j] - best)
-        scores[j] = e
-        total += e
-    mixed[:] = 0.0
-    for b in range(lo // block, hi // block + 1):
-        first = b * block
-        base = table[b] * block - first
-        for j in range(max(lo, first), min(hi + 1, first + block)):
-            prob = F32(scores[j] / total)
-            value = v_cache[kv, base + j]                    # [hd]
-            for i in range(hd):
-                mixed[i] += prob * value[i]
-    for i in range(hd):
-        out[i] = mixed[i]
+                qt[i * mp + m] = q[t0 + r, kv * group + g, i] * scale
+    j0 = max(k_min, items[it, IT_K0])
+    j_end = min(k_max + 1, items[it, IT_K1])
+    while j0 < j_end:
+        nb = min(KB, j_end - j0)
+        for b in range(nb):
+            j = j0 + b
+            wo = (kv * n_slots + tables[t0, j // block] * block + j % block) * row_b
+            decode_row(kind, k_bytes, wo, hd, kb, b * hd)
+            decode_row(kind, v_bytes, wo, hd, vb, b * hd)
+        if mp == 16:
+            scores_1v(qt, kb, s, hd, nb)
+        else:
+            scores_2v(qt, kb, s, mp, hd, nb)
+        if j0 < first or j0 + nb - 1 > last:
+            mask_block(s, mp, nb, j0, lo, hi)
+        softmax_block(s, mp, nb, hd, mx, total, alpha, ot)
+        if mp == 16:
+            values_1v(vb, s, ot, hd, nb)
+        else:
+            values_2v(vb, s, ot, mp, hd, nb)
+        j0 += nb
+    part = items[it, IT_PART]
+    if part >= 0:
+        parts[part, :hd * mp] = ot
+        parts[part, hd * mp:hd * mp + mp] = mx
+        parts[part, hd * mp + mp:] = total
+        return
+    for m in range(m_real):
+        t, h = t0 + m // group, kv * group + m % group
+        inv = F32(1.0) / total[m]
+        for d in range(hd):
+            out[t, h, d] = ot[d * mp + m] * inv
+
+
+@njit(cache=True)
+def run_items(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window, scale,
+              items, parts, mp, a, b):
+    """Items `a .. b-1` on the calling thread."""
+    for it in range(a, b):
+        run_item(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window,
+                 scale, items, it, parts, mp)
+
+
+@njit(cache=True)
+def merge_parts(items, parts, out, group, mp):
+    """Combine the split-K parts of each (KV head, tile) into `out [T, H, hd]`: weights
+    e^(max_part - max) in float64."""
+    hd = out.shape[2]
+    n = items.shape[0]
+    acc = np.zeros(hd, np.float64)
+    i = 0
+    while i < n:
+        if items[i, IT_PART] < 0:
+            i += 1
+            continue
+        j = i + 1
+        while j < n and items[j, IT_PART] >= 0 and items[j, IT_KV] == items[i, IT_KV] and \
+                items[j, IT_T0] == items[i, IT_T0]:
+            j += 1
+        kv, t0, t1 = items[i, IT_KV], items[i, IT_T0], items[i, IT_T1]
+        for m in range((t1 - t0) * group):
+            big = -np.inf
+            for c in range(i, j):
+                big = max(big, float(parts[items[c, IT_PART], hd * mp + m]))
+            den = 0.0
+            acc[:] = 0.0
+            for c in range(i, j):
+                row = parts[items[c, IT_PART]]
+                if row[hd * mp + m] == -np.inf:
+                    continue                               # no key of this part visible
+                w = math.exp(float(row[hd * mp + m]) - big)
+                den += w * float(row[hd * mp + mp + m])
+                for d in range(hd):
+                    acc[d] += w * float(row[d * mp + m])
+            t, h = t0 + m // group, kv * group + m % group
+            for d in range(hd):
+                out[t, h, d] = F32(acc[d] / den)
+        i = j
+
+
+@njit(cache=True)
+def describe(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window, items,
+             parts, mp):
+    """The descriptor (D_* words) of a pool task running `items` (`run_described`)."""
+    d = np.empty(D_WORDS, np.int64)
+    d[D_Q], d[D_K], d[D_V] = q.ctypes.data, k_bytes.ctypes.data, v_bytes.ctypes.data
+    d[D_OUT], d[D_POS], d[D_TABLES] = out.ctypes.data, q_pos.ctypes.data, tables.ctypes.data
+    d[D_ITEMS], d[D_PARTS] = items.ctypes.data, parts.ctypes.data
+    d[D_T], d[D_H], d[D_HD] = q.shape[0], q.shape[1], q.shape[2]
+    d[D_NKV], d[D_SLOTS], d[D_ROWB] = k_bytes.shape[0], k_bytes.shape[1], k_bytes.shape[2]
+    d[D_KIND], d[D_TCOLS], d[D_BLOCK] = kind, tables.shape[1], block
+    d[D_NKEYS], d[D_WINDOW], d[D_NITEMS] = n_keys, window, items.shape[0]
+    d[D_MP], d[D_NPARTS] = mp, parts.shape[0]
+    return d
+
+
+@njit(cache=True)
+def run_described(address, scale, a, b):
+    """Items `a .. b-1` of the task whose descriptor is at `address` (a pool chunk)."""
+    d = carray(i64_at(address), D_WORDS)
+    t, heads, hd, n_kv, n_slots = d[D_T], d[D_H], d[D_HD], d[D_NKV], d[D_SLOTS]
+    mp = d[D_MP]
+    q = carray(f32_at(d[D_Q]), (t, heads, hd))
+    k_bytes = carray(u8_at(d[D_K]), (n_kv, n_slots, d[D_ROWB]))
+    v_bytes = carray(u8_at(d[D_V]), (n_kv, n_slots, d[D_ROWB]))
+    out = carray(f32_at(d[D_OUT]), (t, heads, hd))
+    q_pos = carray(i64_at(d[D_POS]), t)
+    tables = carray(i32_at(d[D_TABLES]), (t, d[D_TCOLS]))
+    items = carray(i64_at(d[D_ITEMS]), (d[D_NITEMS], ITEM_COLS))
+    parts = carray(f32_at(d[D_PARTS]), (d[D_NPARTS], (hd + 2) * mp))
+    run_items(q, k_bytes, v_bytes, d[D_KIND], out, q_pos, tables, d[D_BLOCK], d[D_NKEYS],
+              d[D_WINDOW], F32(scale), items, parts, mp, a, b)
 
 
 def contiguous_tables(rows: int) -> np.ndarray:
     """`[rows, 1]` int32 zeros: every row's sequence in block 0 of size `capacity`."""
     return np.zeros((rows, 1), np.int32)
+
+
+__all__ = ["plan", "run_item", "run_items", "merge_parts", "describe", "run_described",
+           "lanes", "contiguous_tables", "R_TILE", "KB", "SPLIT_KEYS", "ITEM_COLS"]

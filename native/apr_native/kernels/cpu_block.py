@@ -12,7 +12,8 @@ kinds called one by one from `Transformer.run_block`.
 A layer runs here when it has: RMSNorms without bias before attention and MLP and no
 others (no q/k norms, no post-norms); q, k, v (or one fused qkv), o, gate, up and down
 weights quantized in memory (`cpu.weight_table`), biases on qkv, o and down only; a
-SiLU-gated MLP; float32 activations, RoPE tables and caches. Up to
+SiLU-gated MLP; float32 activations and RoPE tables, caches of any KV type
+(`kv_rows`) whose head_dim the attention kernel handles. Up to
 `cpu.DOT_MAX_TOKENS` tokens the projections are integer dots, above it float products of
 dequantized rows, as `cpu.numba_matmul` chooses. Any other layer (LayerNorm, Gemma's extra
 norms, dense weights) runs the model's own `run_block`.
@@ -28,7 +29,8 @@ from numba import njit
 from apr_core.model import fused
 
 from . import cpu, pool
-from .cpu_fused import attention_chunks, attention_into, rms_rows, rope_rows, NO_ROWS
+from .cpu_fused import (attention_chunks, attention_into, kernel_caches, rms_rows, rope_rows,
+                        NO_ROWS)
 from .fastexp import silu_mul_inplace
 
 F32 = np.float32
@@ -36,8 +38,8 @@ _NO_BIAS = np.zeros(0, np.float32)
 
 # `shape` words of `decoder_step` (int64).
 (S_HEADS, S_KV_HEADS, S_HEAD_DIM, S_ROT_DIM, S_NEOX, S_KEYS, S_WINDOW, S_QKV_CHUNKS,
- S_O_CHUNKS, S_GLU_CHUNKS, S_DOWN_CHUNKS, S_ATTN_CHUNKS, S_BLOCK, S_MANY) = range(14)
-SHAPE_WORDS = 14
+ S_O_CHUNKS, S_GLU_CHUNKS, S_DOWN_CHUNKS, S_ATTN_CHUNKS, S_BLOCK, S_MANY, S_KV_KIND) = range(15)
+SHAPE_WORDS = 15
 
 
 @njit(cache=True)
@@ -105,12 +107,12 @@ def decoder_step(ctl, task, fargs, x, norm_weights, eps, qkv_table, qkv_bias, o_
     k = np.ascontiguousarray(qkv[:, q_dim:q_dim + kv_dim]).reshape((t_count, kv_heads, hd))
     v = np.ascontiguousarray(qkv[:, q_dim + kv_dim:]).reshape((t_count, kv_heads, hd))
     q_rot = np.empty((t_count, heads, hd), np.float32)              # [T, H, hd]
-    rope_rows(q, k, v, cos, sin, shape[S_ROT_DIM], shape[S_NEOX] != 0, k_cache, v_cache,
-              slots, q_rot)
+    rope_rows(q, k, v, cos, sin, shape[S_ROT_DIM], shape[S_NEOX] != 0, shape[S_KV_KIND],
+              k_cache, v_cache, slots, q_rot)
     att = np.empty((t_count, heads, hd), np.float32)                # [T, H, hd]
-    attention_into(ctl, task, fargs, q_rot, k_cache, v_cache, shape[S_KEYS], tables,
-                   shape[S_BLOCK], positions, scale, shape[S_WINDOW], att,
-                   shape[S_ATTN_CHUNKS])
+    attention_into(ctl, task, fargs, q_rot, k_cache, v_cache, shape[S_KV_KIND],
+                   shape[S_KEYS], tables, shape[S_BLOCK], positions, scale, shape[S_WINDOW],
+                   att, shape[S_ATTN_CHUNKS])
     o = _project(ctl, task, fargs, o_table, o_bias, att.reshape((t_count, q_dim)), d,
                  shape[S_O_CHUNKS], many)                           # [T, d]
 
@@ -198,8 +200,8 @@ def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, 
         cos = sin = NO_ROWS
     else:
         cos, sin = tables[plan.rope_kind]                           # [T, rot/2] each
-    if k_cache.dtype != np.float32 or v_cache.dtype != np.float32 or cos.dtype != np.float32 \
-            or not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous):
+    caches = kernel_caches(k_cache, v_cache, model.config.head_dim)   # (kind, k, v bytes)
+    if caches is None or cos.dtype != np.float32:
         return fused.decoder_block(model, block, x, positions, cache, tables)
     slots, block_tables, block_slots = cache.kernel_view(t)
     cfg = model.config
@@ -212,17 +214,16 @@ def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, 
     shape[S_ROT_DIM] = 0 if rope is None else rope.dim
     shape[S_NEOX] = rope is not None and rope.style == "neox"
     shape[S_KEYS], shape[S_WINDOW] = n_keys, plan.window
-    shape[S_BLOCK], shape[S_MANY] = block_slots, many
+    shape[S_BLOCK], shape[S_MANY], shape[S_KV_KIND] = block_slots, many, caches[0]
     for word, table in ((S_QKV_CHUNKS, plan.qkv), (S_O_CHUNKS, plan.o),
                         (S_GLU_CHUNKS, plan.glu), (S_DOWN_CHUNKS, plan.down)):
         shape[word] = workers.row_chunks(table.rows) if many else workers.chunks(table.nbytes)
-    shape[S_ATTN_CHUNKS] = attention_chunks(workers, t * cfg.n_heads, n_keys, k_cache,
-                                            v_cache)
+    shape[S_ATTN_CHUNKS] = attention_chunks(workers, t * cfg.n_heads, n_keys)
     return decoder_step(*workers.shared, np.ascontiguousarray(x), plan.norm_weights,
                         plan.eps, plan.qkv.table, plan.qkv_bias, plan.o.table, plan.o_bias,
                         plan.glu.table, plan.down.table, plan.down_bias, shape,
-                        np.ascontiguousarray(cos), np.ascontiguousarray(sin), k_cache,
-                        v_cache, np.ascontiguousarray(slots, np.int64),
+                        np.ascontiguousarray(cos), np.ascontiguousarray(sin), caches[1],
+                        caches[2], np.ascontiguousarray(slots, np.int64),
                         np.ascontiguousarray(block_tables, np.int32),
                         np.ascontiguousarray(positions, np.int64), float(model.attn_scale))
 

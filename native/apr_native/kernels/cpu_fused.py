@@ -9,10 +9,10 @@ biases, dense or unsupported weights, non-float32 arrays).
 Accuracy against the numpy reference:
 - rms_norm_add: the mean of squares is summed in float64 (numpy: float32 pairwise), the
   rest is the reference's float32 operations in its order: ~1 ulp of the result.
-- rope_store: the reference's float32 products and sums in its order: exact.
-- attention: scores and softmax in float64 as the reference, summed in another order
-  (~1e-15 relative), probabilities rounded to float32 as the reference; the V sum is a
-  float32 sum in key order (BLAS: blocked): float32 rounding of sum |p| |v|.
+- rope_store: the reference's float32 products and sums in its order, stored in the
+  cache's KV type as apr_core.model.kv_types encodes it: exact.
+- attention: the blocked kernel of `cpu_attention` (float32 scores and online softmax;
+  its bound against the reference's float64 scores is in that module).
 - matmul_glu: the matvec's bound (cpu.py) through SiLU, whose float32 exp differs from
   numpy's by ~1 ulp.
 """
@@ -26,14 +26,18 @@ from numba import njit
 from apr_core.model import fused
 
 from . import cpu, pool
-from .cpu_attention import attend, attend_scratch, contiguous_tables
+from .cpu_attention import (R_TILE, contiguous_tables, describe, lanes, merge_parts, plan,
+                            run_items)
+from .kv_rows import as_bytes, encode_row, kind_code
 from .fastexp import silu_mul_inplace
 
 F32 = np.float32
 
-# Attention work (query heads x queries x keys) above which query rows are split between
+# Attention work (query heads x queries x keys) above which its items are split between
 # the `pool` threads: a task costs ~2 us, 9 heads over 100 keys ~10 us.
 ATTN_POOL_WORK = 1 << 10
+# head_dim the blocked kernel handles (16-lane rows); others run the numpy reference.
+ATTN_LANES = 16
 
 
 @njit(cache=True)
@@ -87,31 +91,46 @@ def rotate_into(x, cos, sin, dim, neox, t, head, out):
 
 
 @njit(cache=True)
-def rope_rows(q, k, v, cos, sin, dim, neox, k_cache, v_cache, slots, q_out):
-    """`q_out [T, H, hd]` = q rotated; k rotated and v into the caches `[n_kv, slots,
-    hd]` at slot `slots[t]` for token t."""
+def rope_rows(q, k, v, cos, sin, dim, neox, kind, k_bytes, v_bytes, slots, q_out):
+    """`q_out [T, H, hd]` = q rotated; k rotated and v stored as KV type `kind` into the
+    caches (bytes `[n_kv, slots, row]`, `kv_rows`) at slot `slots[t]` for token t."""
+    row = np.empty(q.shape[2], np.float32)                          # [hd]
     for t in range(q.shape[0]):
         for head in range(q.shape[1]):
             rotate_into(q, cos, sin, dim, neox, t, head, q_out[t, head])
         for head in range(k.shape[1]):
-            rotate_into(k, cos, sin, dim, neox, t, head, k_cache[head, slots[t]])
-            v_cache[head, slots[t], :] = v[t, head]
+            rotate_into(k, cos, sin, dim, neox, t, head, row)
+            encode_row(kind, row, k_bytes[head, slots[t]], 0)
+            encode_row(kind, v[t, head], v_bytes[head, slots[t]], 0)
+
+
+def kernel_caches(k_cache: np.ndarray, v_cache: np.ndarray, head_dim: int):
+    """(kind code, k bytes, v bytes) of caches the numba kernels handle, else None
+    (a layout or head size they do not: the numpy reference runs)."""
+    if not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous) or \
+            head_dim % ATTN_LANES or k_cache.dtype != v_cache.dtype:
+        return None
+    try:
+        kind = kind_code(k_cache, head_dim)
+    except Exception:   # not a KV cache array of a known type
+        return None
+    return kind, as_bytes(k_cache), as_bytes(v_cache)
 
 
 def _rope_slots(q, k, v, cos, sin, dim, neox, k_cache, v_cache, slots, fallback):
-    """`rope_rows` when every array is float32 and the caches C-contiguous, else
+    """`rope_rows` when the activations are float32 and the caches a known KV type, else
     `fallback()` (the numpy reference)."""
-    arrays = (q, k, v, k_cache, v_cache) + (() if cos is None else (cos, sin))
-    if any(a.dtype != np.float32 for a in arrays) or not (
-            k_cache.flags.c_contiguous and v_cache.flags.c_contiguous):
+    arrays = (q, k, v) + (() if cos is None else (cos, sin))
+    caches = kernel_caches(k_cache, v_cache, q.shape[2])
+    if any(a.dtype != np.float32 for a in arrays) or caches is None:
         return fallback()
     if cos is None:
         cos = sin = NO_ROWS
         dim = 0
     q_out = np.empty(q.shape, np.float32)                           # [T, H, hd]
     rope_rows(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
-              np.ascontiguousarray(cos), np.ascontiguousarray(sin), dim, neox, k_cache,
-              v_cache, np.ascontiguousarray(slots, np.int64), q_out)
+              np.ascontiguousarray(cos), np.ascontiguousarray(sin), dim, neox, *caches,
+              np.ascontiguousarray(slots, np.int64), q_out)
     return q_out
 
 
@@ -135,68 +154,68 @@ def rope_store_paged(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[
 
 
 @njit(cache=True)
-def attention_rows(q, k_cache, v_cache, n_keys, tables, block, q_pos, scale, window, out):
-    """`out [T, H, hd]`: `attend` for every query row, on the calling thread."""
-    scratch = attend_scratch(n_keys, q.shape[2])
-    for t in range(q.shape[0]):
-        for head in range(q.shape[1]):
-            attend(q, k_cache, v_cache, n_keys, tables[t], block, q_pos, scale, window, t,
-                   head, scratch, out[t, head])
-
-
-@njit(cache=True)
-def attention_into(ctl, task, fargs, q, k_cache, v_cache, n_keys, tables, block, q_pos,
-                   scale, window, out, chunks):
-    """`out [T, H, hd]` = attention of `q [T, H, hd]` over the caches (row t's blocks
-    `tables[t]`, `block` slots each): a `pool` task of `chunks` chunks, or on the calling
+def attention_into(ctl, task, fargs, q, k_bytes, v_bytes, kind, n_keys, tables, block,
+                   q_pos, scale, window, out, chunks):
+    """`out [T, H, hd]` = attention of `q [T, H, hd]` over the caches (bytes of KV type
+    `kind`; row t's blocks `tables[t]`, `block` slots each): the items of
+    `cpu_attention.plan` as a `pool` task of up to `chunks` chunks, or on the calling
     thread when `chunks` is 0 (`attention_chunks`)."""
-    if chunks > 0:
-        pool.attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, tables, block, q_pos,
-                       scale, window, out, chunks)
+    group = q.shape[1] // k_bytes.shape[0]
+    items, n_parts = plan(q_pos, tables, k_bytes.shape[0], n_keys, window, chunks // 2)
+    mp = lanes(group, min(q.shape[0], R_TILE))
+    parts = np.empty((n_parts, (q.shape[2] + 2) * mp), np.float32)
+    if chunks > 0 and items.shape[0] > 1:
+        desc = describe(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window,
+                        items, parts, mp)
+        pool.attention(ctl, task, fargs, desc, scale, chunks, items, parts, q, k_bytes,
+                       v_bytes, out)
     else:
-        attention_rows(q, k_cache, v_cache, n_keys, tables, block, q_pos, scale, window, out)
+        run_items(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window,
+                  np.float32(scale), items, parts, mp, 0, items.shape[0])
+    if n_parts:
+        merge_parts(items, parts, out, group, mp)
 
 
-def attention_chunks(workers: pool.Pool, queries: int, n_keys: int, k_cache: np.ndarray,
-                     v_cache: np.ndarray) -> int:
+def attention_chunks(workers: pool.Pool, queries: int, n_keys: int) -> int:
     """Chunks of the attention task for `queries` (token, head) rows over `n_keys` keys,
-    0 to run it on the calling thread (little work, or caches the pool cannot address)."""
-    if queries * n_keys > ATTN_POOL_WORK and k_cache.flags.c_contiguous and \
-            v_cache.flags.c_contiguous:
-        return workers.most_chunks()
-    return 0
+    0 to run it on the calling thread (little work)."""
+    return workers.most_chunks() if queries * n_keys > ATTN_POOL_WORK else 0
 
 
-def _attention_tables(q, k_cache, v_cache, n_keys, tables, block, q_pos, scale, window):
-    """`attention_into` on the pool's threads -> `[T, H * hd]`."""
+def _attention_tables(q, k_cache, v_cache, n_keys, tables, block, q_pos, scale, window,
+                      fallback):
+    """`attention_into` on the pool's threads -> `[T, H * hd]`, or `fallback()` for
+    inputs the kernel does not handle."""
     t, n_heads, hd = q.shape
+    caches = kernel_caches(k_cache, v_cache, hd)
+    if q.dtype != np.float32 or caches is None:
+        return fallback()
     out = np.empty((t, n_heads, hd), np.float32)                    # [T, H, hd]
     workers = pool.get()
-    attention_into(*workers.shared, np.ascontiguousarray(q), k_cache, v_cache, int(n_keys),
-                   np.ascontiguousarray(tables, np.int32), int(block),
+    attention_into(*workers.shared, np.ascontiguousarray(q), caches[1], caches[2], caches[0],
+                   int(n_keys), np.ascontiguousarray(tables, np.int32), int(block),
                    np.ascontiguousarray(q_pos, np.int64), float(scale), int(window or 0),
-                   out, attention_chunks(workers, t * n_heads, n_keys, k_cache, v_cache))
+                   out, attention_chunks(workers, t * n_heads, n_keys))
     return out.reshape(t, n_heads * hd)
 
 
 def attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_keys: int,
               q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
     """Kind "attention" (apr_core.model.fused): the contiguous cache is one block."""
-    if q.dtype != np.float32 or k_cache.dtype != np.float32 or v_cache.dtype != np.float32:
-        return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
     return _attention_tables(q, k_cache, v_cache, n_keys, contiguous_tables(q.shape[0]),
-                             k_cache.shape[1], q_pos, scale, window)
+                             k_cache.shape[1], q_pos, scale, window,
+                             lambda: fused.cached_attention(q, k_cache, v_cache, n_keys,
+                                                            q_pos, scale, window))
 
 
 def attention_paged(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray,
                     tables: np.ndarray, block: int, q_pos: np.ndarray, scale: float,
                     window: int) -> np.ndarray:
     """Kind "attention_paged" (apr_core.model.fused)."""
-    if q.dtype != np.float32 or k_pool.dtype != np.float32 or v_pool.dtype != np.float32 \
-            or not (k_pool.flags.c_contiguous and v_pool.flags.c_contiguous):
-        return fused.attention_paged(q, k_pool, v_pool, tables, block, q_pos, scale, window)
     n_keys = int(np.max(q_pos)) + 1
-    return _attention_tables(q, k_pool, v_pool, n_keys, tables, block, q_pos, scale, window)
+    return _attention_tables(q, k_pool, v_pool, n_keys, tables, block, q_pos, scale, window,
+                             lambda: fused.attention_paged(q, k_pool, v_pool, tables, block,
+                                                           q_pos, scale, window))
 
 
 def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
@@ -235,5 +254,5 @@ KERNELS = {
 
 __all__ = ["KERNELS", "rms_norm_add", "rope_store", "attention", "matmul_glu",
            "rope_store_paged", "attention_paged",
-           "ATTN_POOL_WORK", "rms_rows", "rope_rows", "attention_rows", "attention_into",
-           "attention_chunks", "NO_ROWS"]
+           "ATTN_POOL_WORK", "rms_rows", "rope_rows", "attention_into", "attention_chunks",
+           "kernel_caches", "NO_ROWS"]

@@ -100,6 +100,9 @@ def cuda_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, n_ke
                    q_pos: np.ndarray, scale: float, window: int) -> np.ndarray:
     """Kind "attention" (apr_core.model.fused): `q [T, H, hd]` over the first `n_keys`
     cached positions of `k_cache, v_cache [n_kv, cap, hd]` -> `[T, H * hd]` float32."""
+    if k_cache.dtype == np.uint8:       # q8_0 / q4_0 KV rows: the numpy reference decodes
+        from apr_core.model import fused
+        return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
     t_count, n_heads, hd = q.shape
     out = cuda.device_array((t_count, n_heads, hd), np.float32)
     scores = cuda.device_array((t_count * n_heads, max(1, n_keys)), np.float64)

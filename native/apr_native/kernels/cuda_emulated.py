@@ -65,6 +65,9 @@ def emulated_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
                        n_keys: int, q_pos: np.ndarray, scale: float, window: int
                        ) -> np.ndarray:
     """`cuda.cuda_attention` on the CPU -> `[T, H * hd]` float32."""
+    if k_cache.dtype == np.uint8:       # q8_0 / q4_0 KV rows: the numpy reference decodes
+        from apr_core.model import fused
+        return fused.cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
     t_count, n_heads, hd = q.shape
     out = np.empty((t_count, n_heads, hd), np.float32)              # [T, H, hd]
     scores = np.empty((t_count * n_heads, max(1, n_keys)), np.float64)

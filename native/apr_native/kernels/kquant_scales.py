@@ -1,6 +1,7 @@
 """Block scales of the K-quant dots as vectors (numba intrinsics, LLVM IR): a Q4_K/Q5_K
 block's eight 6-bit scales and mins, a Q6_K block's sixteen int8 group scales, each
-decoded once per block and multiplied by the activation scales as 8-lane float32 vectors.
+decoded once per block and multiplied by the activation scales as 8-lane float32 vectors
+(for the multi-token dots only by d and dmin: `k4_products`).
 
 Why: decoded per 32-element run, with scalar bit operations, int-to-float conversions
 and multiplies, they cost more than the run's integer dot (one thread, ns per 32
@@ -17,6 +18,31 @@ from .llvm_ir import F32, I8, I32, _const, _load, _ptr, _splat, _vec
 from .simd import f32x8
 
 
+def _k4_codes(builder, raw):
+    """The eight 6-bit scales and mins of a Q4_K/Q5_K block as two `<8 x i8>`, from
+    `raw` (`<16 x i8>` loaded at its 12 scale bytes; ggml's get_scale_min_k4 layout)."""
+    def pick(lanes):                                   # <8 x i8> of raw bytes
+        return builder.shuffle_vector(raw, raw, _const(I32, lanes))
+
+    def bits(v, shift, masks):
+        if shift:
+            v = builder.lshr(v, _const(I8, [shift] * 8))
+        return builder.and_(v, _const(I8, masks))
+
+    low = [63] * 4 + [15] * 4
+    # j < 4: sc = b[j] & 63, mn = b[j+4] & 63
+    # j >= 4: sc = (b[j+4] & 15) | (b[j-4] >> 6) << 4, mn = b[j+4] >> 4 | (b[j] >> 6) << 4
+    upper = builder.shl(bits(pick([0] * 4 + [0, 1, 2, 3]), 6, [0] * 4 + [3] * 4),
+                        _const(I8, [4] * 8))
+    sc = builder.or_(bits(pick([0, 1, 2, 3, 8, 9, 10, 11]), 0, low), upper)
+    upper = builder.shl(bits(pick([0] * 4 + [4, 5, 6, 7]), 6, [0] * 4 + [3] * 4),
+                        _const(I8, [4] * 8))
+    mn_lanes = pick([4, 5, 6, 7, 8, 9, 10, 11])
+    mn = builder.or_(builder.or_(bits(mn_lanes, 0, [63] * 4 + [0] * 4),
+                                 bits(mn_lanes, 4, [0] * 4 + [15] * 4)), upper)
+    return sc, mn
+
+
 @intrinsic
 def k4_scales8(typingctx, w, p, d, dmin, xd, xs, xo, out):
     """The 8 sub-block scales and mins of a Q4_K/Q5_K block, as vectors.
@@ -28,27 +54,8 @@ def k4_scales8(typingctx, w, p, d, dmin, xd, xs, xo, out):
     conversions (the 16 bytes loaded from `p` stay inside the block)."""
     def codegen(context, builder, signature, args):
         w, p, d, dmin, xd, xs, xo, out = args
-        raw = _load(builder, _ptr(context, builder, signature.args[0], w, p), 16)
-
-        def pick(lanes):                                   # <8 x i8> of raw bytes
-            return builder.shuffle_vector(raw, raw, _const(I32, lanes))
-
-        def bits(v, shift, masks):
-            if shift:
-                v = builder.lshr(v, _const(I8, [shift] * 8))
-            return builder.and_(v, _const(I8, masks))
-
-        low = [63] * 4 + [15] * 4
-        # j < 4: sc = b[j] & 63, mn = b[j+4] & 63
-        # j >= 4: sc = (b[j+4] & 15) | (b[j-4] >> 6) << 4, mn = b[j+4] >> 4 | (b[j] >> 6) << 4
-        upper = builder.shl(bits(pick([0] * 4 + [0, 1, 2, 3]), 6, [0] * 4 + [3] * 4),
-                            _const(I8, [4] * 8))
-        sc = builder.or_(bits(pick([0, 1, 2, 3, 8, 9, 10, 11]), 0, low), upper)
-        upper = builder.shl(bits(pick([0] * 4 + [4, 5, 6, 7]), 6, [0] * 4 + [3] * 4),
-                            _const(I8, [4] * 8))
-        mn_lanes = pick([4, 5, 6, 7, 8, 9, 10, 11])
-        mn = builder.or_(builder.or_(bits(mn_lanes, 0, [63] * 4 + [0] * 4),
-                                     bits(mn_lanes, 4, [0] * 4 + [15] * 4)), upper)
+        sc, mn = _k4_codes(builder, _load(builder, _ptr(context, builder, signature.args[0],
+                                                         w, p), 16))
 
         def floats(v):
             return builder.uitofp(v, _vec(F32, 8))
@@ -87,3 +94,22 @@ def q6_scales16(typingctx, w, p, d, xd, xo, out):
             builder.store(scales, builder.gep(o_ptr, [ir.Constant(I32, half)]), align=4)
         return context.get_dummy_value()
     return types.void(w, p, d, xd, xo, out), codegen
+
+
+@intrinsic
+def k4_products(typingctx, w, p, d, dmin, out):
+    """`out[j] = d sc_j` and `out[8 + j] = dmin mn_j` (j < 8) for the Q4_K/Q5_K block
+    whose scale bytes are at `w[p:p+12]`: the float32 products `k4_scales8` forms before
+    it multiplies them by a token's scales (the multi-token dots apply them to many)."""
+    def codegen(context, builder, signature, args):
+        w, p, d, dmin, out = args
+        sc, mn = _k4_codes(builder, _load(builder, _ptr(context, builder, signature.args[0],
+                                                         w, p), 16))
+        o_ptr = builder.bitcast(_ptr(context, builder, signature.args[4], out,
+                                     ir.Constant(I32, 0)), _vec(F32, 8).as_pointer())
+        for i, (scale, codes) in enumerate(((d, sc), (dmin, mn))):
+            scale = context.cast(builder, scale, signature.args[2 + i], types.float32)
+            value = builder.fmul(_splat(builder, scale, 8), builder.uitofp(codes, _vec(F32, 8)))
+            builder.store(value, builder.gep(o_ptr, [ir.Constant(I32, i)]), align=4)
+        return context.get_dummy_value()
+    return types.void(w, p, d, dmin, out), codegen

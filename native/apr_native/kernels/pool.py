@@ -18,11 +18,12 @@ with two busy neighbours). Here:
   finished: a worker that is descheduled or asleep costs nothing, its chunks are taken.
 
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
-(`cpu_blocks.dot_rows`; one weight, or several sharing an input, their rows concatenated
-in `y`); TASK_GLU, gate and up rows and SiLU(gate) * up over the same row range;
+(`cpu_blocks.dot_rows` for one token, `cpu_rows.dot_token_rows` for several; one weight,
+or several sharing an input, their rows concatenated in `y`); TASK_GLU, gate and up rows
+and SiLU(gate) * up over the same row range;
 TASK_PRODUCTS, rows dequantized and multiplied with many tokens' float activations
-(prefill, `cpu_blocks.rows_times_tokens`); TASK_ATTENTION, query rows (token, head) of
-attention over the KV cache.
+(prefill, `cpu_blocks.rows_times_tokens`); TASK_ATTENTION, the items (KV head, query
+tile, key range) of blocked attention over the KV cache (`cpu_attention`).
 
 Measured (SmolLM2-135M Q4_1, 2 threads): decode 47 -> 74-95 tok/s against OpenMP (busy
 neighbours: 50 against 27); 32-token prefill 214 -> 354 tok/s.
@@ -40,10 +41,11 @@ import numpy as np
 from numba import carray, njit
 
 from . import atomics
-from .atomics import f32_at, i16_at, i32_at, i64_at, u8_at
+from .atomics import f32_at, i16_at, i64_at, u8_at
 from .common import QBLOCK, quantize_x
-from .cpu_attention import attend, attend_scratch
+from .cpu_attention import run_described
 from .cpu_blocks import dot_rows, rows_times_tokens
+from .cpu_rows import dot_token_rows, pair_layout
 from .fastexp import silu_mul
 
 # Control words, a cache line (8 int64) apart: waiting threads read GEN and NEXT, so each
@@ -60,11 +62,11 @@ KIND, CHUNKS, WORK = 0, 1, 2
 # Weight tasks: weight table, activations `x [T, in]` (quantized: XQ, XD, XS; float32
 # for products: X), outputs.
 TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3, 15)
-# Attention: q [T, H, hd], caches [n_kv, slots, hd], out [T, H, hd], q positions [T]
-# (TOKENS is T), block tables [T, A_TABLE_COLS] int32 of A_BLOCK slots a block
-# (`cpu_attention.attend`); the float arguments (the score scale) are in `fargs`.
-(A_Q, A_K, A_V, A_OUT, A_POS, A_HEADS, A_HEAD_DIM, A_KV, A_CAP, A_KEYS, A_WINDOW,
- A_TABLE, A_TABLE_COLS, A_BLOCK) = range(15, 29)
+# Attention: the address of its own descriptor (`cpu_attention.describe`); the score
+# scale is fargs[0].
+A_DESC = 15
+# Matvecs: activation slots of `cpu_rows.pair_layout` (0: one token, `quantize_x`'s layout).
+SLOTS = 29
 TASK_WORDS = 32
 FARG_WORDS = 4
 TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
@@ -85,11 +87,11 @@ CHUNK_MIN_BYTES, CHUNKS_PER_THREAD = 16 << 10, 8
 
 
 @njit(cache=True)
-def _table_rows(table, a, b, xq, xd, xs, x, tile, y, products):
+def _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, x, tile, y, mode):
     """Rows `a..b-1` of the weights of `table` concatenated, into the same columns of `y`:
-    integer dots with `xq, xd, xs` (`cpu_blocks.dot_rows`), or with `products` float
-    products of dequantized rows with `x` (`cpu_blocks.rows_times_tokens`, `tile`
-    scratch)."""
+    mode 0 integer dots with `xq, xd, xs` (`cpu_blocks.dot_rows`), 1 with the pair layout
+    `xp, xdt, xst` (`cpu_rows.dot_token_rows`), 2 float products of dequantized rows with
+    `x` (`cpu_blocks.rows_times_tokens`, `tile` scratch)."""
     first = 0
     for g in range(table.shape[0]):
         rows, row_bytes = table[g, T_ROWS], table[g, T_ROW_BYTES]
@@ -97,31 +99,16 @@ def _table_rows(table, a, b, xq, xd, xs, x, tile, y, products):
         lo, hi = max(a, first), min(b, last)
         if lo < hi:
             w = carray(u8_at(table[g, T_ADDRESS]), rows * row_bytes)
-            if products:
+            if mode == 2:
                 rows_times_tokens(table[g, T_KIND], w, 0, lo - first, hi - first,
                                   table[g, T_BLOCKS], row_bytes, x, y, lo, tile)
+            elif mode == 1:
+                dot_token_rows(table[g, T_KIND], w, 0, lo - first, hi - first,
+                               table[g, T_BLOCKS], row_bytes, xp, xdt, xst, y, lo)
             else:
                 dot_rows(table[g, T_KIND], w, 0, lo - first, hi - first, table[g, T_BLOCKS],
                          row_bytes, xq, xd, xs, y, lo)
         first = last
-
-
-@njit(cache=True)
-def _attention_jobs(task, fargs, a, b):
-    """Query rows (token t, head h) `a..b-1` of an attention task, job = t H + h."""
-    tokens, heads, hd = task[TOKENS], task[A_HEADS], task[A_HEAD_DIM]
-    n_kv, cap, n_keys = task[A_KV], task[A_CAP], task[A_KEYS]
-    q = carray(f32_at(task[A_Q]), (tokens, heads, hd))
-    k_cache = carray(f32_at(task[A_K]), (n_kv, cap, hd))
-    v_cache = carray(f32_at(task[A_V]), (n_kv, cap, hd))
-    out = carray(f32_at(task[A_OUT]), (tokens, heads, hd))
-    q_pos = carray(i64_at(task[A_POS]), tokens)
-    tables = carray(i32_at(task[A_TABLE]), (tokens, task[A_TABLE_COLS]))
-    scratch = attend_scratch(n_keys, hd)
-    for job in range(a, b):
-        t, head = job // heads, job % heads
-        attend(q, k_cache, v_cache, n_keys, tables[t], task[A_BLOCK], q_pos, fargs[0],
-               task[A_WINDOW], t, head, scratch, out[t, head])
 
 
 @njit(cache=True)
@@ -130,28 +117,35 @@ def run_chunk(task, fargs, c):
     n, total = task[CHUNKS], task[WORK]
     a, b = c * total // n, (c + 1) * total // n
     if task[KIND] == TASK_ATTENTION:
-        _attention_jobs(task, fargs, a, b)
+        run_described(task[A_DESC], fargs[0], a, b)
         return
     tokens, n_in = task[TOKENS], task[IN_DIM]
     table = carray(i64_at(task[TABLE]), (task[WEIGHTS], TABLE_COLUMNS))
     y = carray(f32_at(task[Y]), (tokens, task[Y_COLS]))
     unused = np.empty((0, 0), np.float32)             # for arrays a task kind does not read
-    if task[KIND] == TASK_PRODUCTS:
+    runs, slots = n_in // QBLOCK, task[SLOTS]
+    many = task[KIND] == TASK_PRODUCTS
+    # one-token activations (`quantize_x`), or several in `cpu_rows.pair_layout` (SLOTS)
+    one = 0 if slots or many else tokens
+    xq = carray(i16_at(task[XQ]), (one, n_in))
+    xd = carray(f32_at(task[XD]), (one, runs))
+    xs = carray(f32_at(task[XS]), (one, runs))
+    xp = carray(i16_at(task[XQ]), runs * slots * QBLOCK)
+    xdt = carray(f32_at(task[XD]), (runs, slots))
+    xst = carray(f32_at(task[XS]), (runs, slots))
+    if many:
         x = carray(f32_at(task[X]), (tokens, n_in))
         tile = np.empty((4, n_in), np.float32)                     # [4, in], L1-resident
-        _table_rows(table, a, b, np.empty((0, 0), np.int16), unused, unused, x, tile, y,
-                    True)
+        _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, x, tile, y, 2)
         return
-    xq = carray(i16_at(task[XQ]), (tokens, n_in))
-    xd = carray(f32_at(task[XD]), (tokens, n_in // QBLOCK))
-    xs = carray(f32_at(task[XS]), (tokens, n_in // QBLOCK))
+    mode = 1 if slots else 0
     if task[KIND] == TASK_DOTS:
-        _table_rows(table, a, b, xq, xd, xs, unused, unused, y, False)
+        _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, unused, unused, y, mode)
     else:                                   # gate rows a..b into y, up rows into y_up
         y_up = carray(f32_at(task[Y_UP]), (tokens, total))
         out = carray(f32_at(task[Y_OUT]), (tokens, total))
-        _table_rows(table[0:1], a, b, xq, xd, xs, unused, unused, y, False)
-        _table_rows(table[1:2], a, b, xq, xd, xs, unused, unused, y_up, False)
+        _table_rows(table[0:1], a, b, xq, xd, xs, xp, xdt, xst, unused, unused, y, mode)
+        _table_rows(table[1:2], a, b, xq, xd, xs, xp, xdt, xst, unused, unused, y_up, mode)
         silu_mul(y[:, a:b], y_up[:, a:b], out[:, a:b])
 
 
@@ -213,22 +207,35 @@ def _run(ctl, task, fargs):
 
 
 @njit(cache=True)
-def _run_matvec(ctl, task, fargs, xq, xd, xs):
-    """`_run` a matvec task over activations `xq, xd, xs` (arguments here, so they live
-    until its last chunk is done)."""
+def _run_on(ctl, task, fargs, xq, xd, xs):
+    """`_run` the task over activations `xq, xd, xs` (arguments here, so they live until
+    its last chunk is done)."""
     task[XQ], task[XD], task[XS] = xq.ctypes.data, xd.ctypes.data, xs.ctypes.data
-    task[TOKENS], task[IN_DIM] = xq.shape[0], xq.shape[1]
     _run(ctl, task, fargs)
+
+
+@njit(cache=True)
+def _run_matvec(ctl, task, fargs, x):
+    """`_run` a matvec task over `x [T, in]` quantized: one token as `quantize_x` lays
+    it out, several in `cpu_rows.pair_layout`."""
+    xq, xd, xs = quantize_x(x)
+    task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
+    if x.shape[0] > 1:
+        xp, xdt, xst = pair_layout(xq, xd, xs)
+        task[SLOTS] = xdt.shape[1]
+        _run_on(ctl, task, fargs, xp, xdt, xst)
+    else:
+        task[SLOTS] = 0
+        _run_on(ctl, task, fargs, xq, xd, xs)
 
 
 @njit(cache=True)
 def dots(ctl, task, fargs, table, x, y, chunks):
     """`y [T, sum of rows]` = the weights of `table` . `x [T, in]` (int16 activations)."""
-    xq, xd, xs = quantize_x(x)
     task[KIND], task[TABLE], task[WEIGHTS] = TASK_DOTS, table.ctypes.data, table.shape[0]
     task[Y], task[Y_COLS] = y.ctypes.data, y.shape[1]
     task[CHUNKS], task[WORK] = min(chunks, y.shape[1]), y.shape[1]
-    _run_matvec(ctl, task, fargs, xq, xd, xs)
+    _run_matvec(ctl, task, fargs, x)
 
 
 @njit(cache=True)
@@ -252,7 +259,7 @@ def products(ctl, task, fargs, table, x, y, chunks):
     rows dequantized exactly (for many tokens)."""
     task[KIND], task[TABLE], task[WEIGHTS] = TASK_PRODUCTS, table.ctypes.data, table.shape[0]
     task[Y], task[Y_COLS], task[X] = y.ctypes.data, y.shape[1], x.ctypes.data
-    task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
+    task[TOKENS], task[IN_DIM], task[SLOTS] = x.shape[0], x.shape[1], 0
     task[CHUNKS], task[WORK] = min(chunks, y.shape[1]), y.shape[1]
     _run(ctl, task, fargs)
 
@@ -266,31 +273,22 @@ def products_one(ctl, task, fargs, kind, w, rows, nb, row_bytes, x, y, chunks):
 @njit(cache=True)
 def glu(ctl, task, fargs, table, x, y_gate, y_up, out, chunks):
     """`out [T, rows]` = SiLU(gate . x) * (up . x), `table` rows 0 and 1 gate and up."""
-    xq, xd, xs = quantize_x(x)
     rows = out.shape[1]
     task[KIND], task[TABLE], task[WEIGHTS] = TASK_GLU, table.ctypes.data, 2
     task[Y], task[Y_COLS], task[Y_UP], task[Y_OUT] = (y_gate.ctypes.data, rows,
                                                        y_up.ctypes.data, out.ctypes.data)
     task[CHUNKS], task[WORK] = min(chunks, rows), rows
-    _run_matvec(ctl, task, fargs, xq, xd, xs)
+    _run_matvec(ctl, task, fargs, x)
 
 
 @njit(cache=True)
-def attention(ctl, task, fargs, q, k_cache, v_cache, n_keys, tables, block, q_pos, scale,
-              window, out, chunks):
-    """`out [T, H, hd]`: `cpu_attention.attend` for every query row of `q [T, H, hd]`
-    over the C-contiguous caches `[n_kv, slots, hd]` (row t's blocks `tables[t]`, C
-    contiguous int32), rows split between the threads."""
-    tokens, heads, hd = q.shape
-    task[KIND], task[TOKENS] = TASK_ATTENTION, tokens
-    task[A_Q], task[A_K], task[A_V] = q.ctypes.data, k_cache.ctypes.data, v_cache.ctypes.data
-    task[A_OUT], task[A_POS] = out.ctypes.data, q_pos.ctypes.data
-    task[A_HEADS], task[A_HEAD_DIM], task[A_KV] = heads, hd, k_cache.shape[0]
-    task[A_CAP], task[A_KEYS], task[A_WINDOW] = k_cache.shape[1], n_keys, window
-    task[A_TABLE], task[A_TABLE_COLS], task[A_BLOCK] = (tables.ctypes.data, tables.shape[1],
-                                                        block)
+def attention(ctl, task, fargs, desc, scale, chunks, items, parts, q, k_bytes, v_bytes, out):
+    """Run the `items` of blocked attention that `desc` (`cpu_attention.describe`)
+    describes over the threads, at most `chunks` chunks. The arrays it addresses are
+    arguments here, so they live until its last chunk is done."""
+    task[KIND], task[A_DESC] = TASK_ATTENTION, desc.ctypes.data
     fargs[0] = scale
-    task[CHUNKS], task[WORK] = min(chunks, tokens * heads), tokens * heads
+    task[CHUNKS], task[WORK] = min(chunks, items.shape[0]), items.shape[0]
     _run(ctl, task, fargs)
 
 
