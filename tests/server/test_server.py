@@ -100,8 +100,12 @@ def test_chat_stream_equals_non_stream(server, chat_reply):
     usage, first = chunks[-1].usage, chat_reply.usage
     assert chunks[-1].choices == [] and (usage.prompt_tokens, usage.completion_tokens) == (
         first.prompt_tokens, first.completion_tokens)
-    # the same prompt again: its full KV blocks come from the prefix cache
-    assert usage.prompt_tokens_details.cached_tokens == (first.prompt_tokens - 1) // 16 * 16
+    # the same prompt again: its full KV blocks come from the prefix cache, less the rows
+    # the backend recomputes so that a hit gives a cold request's numbers (uniform_rows)
+    from apr_native import backends
+    rows = backends.select(httpx.get(server.base + "/health").json()["backend"]).uniform_rows
+    assert usage.prompt_tokens_details.cached_tokens == \
+        max(first.prompt_tokens - rows, 0) // 16 * 16
 
 
 def test_completions_equal_apr_run(server):
@@ -160,7 +164,9 @@ def test_embeddings_are_mean_pooled_hidden_states(server, smollm2_gguf):
         # the hidden states are exactly what the LM head reads
         np.testing.assert_allclose(model.transformer.lm_head.matmul(hidden), logits,
                                    rtol=1e-5, atol=1e-4)
-        np.testing.assert_allclose(item.embedding, hidden.mean(axis=0), rtol=1e-4, atol=1e-5)
+        # the server's numba kernels take integer dots for prompts of up to 16 rows (and an
+        # f16 KV cache): against numpy's float products, test_numba_parity.py's bound
+        assert np.abs(np.asarray(item.embedding) - hidden.mean(axis=0)).max() < 1e-2
     np.testing.assert_allclose(floats.data[0].embedding, reply.data[1].embedding, rtol=1e-6)
 
 

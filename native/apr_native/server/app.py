@@ -13,29 +13,23 @@ object runs under uvicorn (`apr serve`) or as Ray Serve replicas (examples/ray_s
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from apr_core.errors import AprError
-
-from . import schemas, work
+from . import schemas, service, work
 from .choices import RequestTracker
 from .engine import ServingEngine
-from .errors import ApiError, error_response, from_apr_error
-from .metrics import MeasureMiddleware, Metrics
-from .openai_format import Completion, embedding_list, model_card, model_list
+from .errors import ApiError
+from .metrics import Metrics
+from .openai_format import Completion, embedding_list
+from .service import build_app, endpoint_wrapper, service_routes
 from .streaming import EventStream, Recorder, collect
 from .transcriptions import TASKS as AUDIO_ROUTES, not_a_speech_model
 
@@ -73,9 +67,6 @@ async def read_json(request: Request, limit: int) -> dict:
     return data
 
 
-Handler = Callable[[Request], Awaitable[Any]]
-
-
 def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(),
                manage_engine: bool = True) -> Starlette:
     """The ASGI app serving `engine`. With `manage_engine` the app's lifespan starts the
@@ -84,32 +75,10 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
                  "/health", "/ready", "/metrics"]
     metrics = Metrics(api_paths, lambda: engine.queue_depth, lambda: 1 if engine.ready else 0,
                       engine.stats)
-    expected_auth = None if not settings.api_key else "Bearer " + settings.api_key
-
-    def endpoint(handler: Handler, protected: bool = True, needs_model: bool = True
-                 ) -> Handler:
-        """Auth, readiness and the mapping of ApiError to OpenAI error bodies."""
-        async def wrapped(request: Request) -> Any:
-            try:
-                if protected and expected_auth is not None and not hmac.compare_digest(
-                        request.headers.get("authorization", "").encode(),
-                        expected_auth.encode()):
-                    raise ApiError(401, "invalid or missing API key (Authorization: Bearer)",
-                                   code="invalid_api_key")
-                if needs_model and not engine.ready:
-                    raise ApiError(503, engine.load_error or "model is still loading",
-                                   code="model_not_ready", headers={"Retry-After": "1"})
-                return await handler(request)
-            except ApiError as err:
-                return error_response(err)
-            except AprError as err:     # the template, tokenizer or schema refused it
-                return error_response(from_apr_error(err))
-        return wrapped
+    endpoint = endpoint_wrapper(engine, settings.api_key)
 
     def check_model(name: str) -> None:
-        if name != engine.model_id:
-            raise ApiError(404, "model '{}' not found; this server serves '{}'".format(
-                name, engine.model_id), param="model", code="model_not_found")
+        service.check_model(engine, name)
 
     def meta() -> dict:
         model = engine.model
@@ -158,62 +127,15 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
     async def audio(request: Request) -> Any:
         raise not_a_speech_model(engine.model_id)     # Whisper models: speech_app.py
 
-    async def models(request: Request) -> Any:
-        return JSONResponse(model_list(engine.model_id, engine.created, meta()))
-
-    async def model(request: Request) -> Any:
-        check_model(request.path_params["model"])
-        return JSONResponse(model_card(engine.model_id, engine.created, meta()))
-
-    async def health(request: Request) -> Any:
-        return JSONResponse({"status": "ok", "backend": engine.backend})
-
-    async def ready(request: Request) -> Any:
-        if engine.ready:
-            return JSONResponse({"status": "ready", "model": engine.model_id})
-        raise ApiError(503, engine.load_error or "model is still loading",
-                       code="model_not_ready", headers={"Retry-After": "1"})
-
-    async def prometheus(request: Request) -> Any:
-        return Response(metrics.exposition(), media_type=metrics.content_type)
-
-    async def http_error(request: Request, exc: Exception) -> Any:
-        """Starlette's own 404/405 in OpenAI's error shape."""
-        assert isinstance(exc, HTTPException)
-        return error_response(ApiError(exc.status_code, str(exc.detail),
-                                       code="not_found" if exc.status_code == 404 else None))
-
-    @asynccontextmanager
-    async def lifespan(app: Any) -> Any:
-        if manage_engine:
-            engine.start()
-        yield
-        if manage_engine:
-            engine.stop()
-
     routes = [
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
         Route("/v1/embeddings", endpoint(embeddings), methods=["POST"]),
-        Route("/v1/models", endpoint(models, needs_model=False), methods=["GET"]),
         *(Route(path, endpoint(audio, needs_model=False), methods=["POST"])
           for path in AUDIO_ROUTES),
-        Route("/v1/models/{model:path}", endpoint(model, needs_model=False), methods=["GET"]),
-        Route("/health", endpoint(health, protected=False, needs_model=False)),
-        Route("/ready", endpoint(ready, protected=False, needs_model=False)),
-        Route("/metrics", endpoint(prometheus, needs_model=False)),
+        *service_routes(engine, metrics, meta, endpoint),
     ]
-    middleware = [Middleware(MeasureMiddleware, metrics=metrics)]
-    if settings.cors_origins:       # outermost: preflights are answered before auth
-        middleware.insert(0, Middleware(
-            CORSMiddleware, allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type"], max_age=600))
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: http_error}, middleware=middleware)
-    app.state.engine = engine
-    app.state.metrics = metrics
-    return app
+    return build_app(routes, engine, metrics, settings.cors_origins, manage_engine)
 
 
 __all__ = ["ServerSettings", "create_app", "read_json", "DEFAULT_MAX_BODY",

@@ -11,29 +11,22 @@ prompt. Auth, CORS and the error shape are those of the text server (app.py).
 from __future__ import annotations
 
 import asyncio
-import hmac
-from contextlib import asynccontextmanager
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from apr_core.errors import AprError
 
 from .app import ServerSettings
-from .errors import ApiError, error_response, from_apr_error
-from .metrics import MeasureMiddleware, Metrics
-from .openai_format import model_card, model_list
+from .errors import ApiError
+from .metrics import Metrics
+from .service import build_app, check_model, endpoint_wrapper, service_routes
 from .speech_engine import SpeechEngine
 from .transcriptions import (DEFAULT_MAX_UPLOAD, TASKS, read_form, transcription_request,
                              transcription_response)
 
-Handler = Callable[[Request], Awaitable[Any]]
 TEXT_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
@@ -51,22 +44,7 @@ def create_speech_app(engine: SpeechEngine, settings: ServerSettings = ServerSet
     api_paths = list(TASKS) + ["/v1/models", "/health", "/ready", "/metrics"]
     metrics = Metrics(api_paths, lambda: engine.queue_depth, lambda: 1 if engine.ready else 0,
                       lambda: {})
-    expected_auth = None if not settings.api_key else "Bearer " + settings.api_key
-
-    def endpoint(handler: Handler, protected: bool = True) -> Handler:
-        async def wrapped(request: Request) -> Any:
-            try:
-                if protected and expected_auth is not None and not hmac.compare_digest(
-                        request.headers.get("authorization", "").encode(),
-                        expected_auth.encode()):
-                    raise ApiError(401, "invalid or missing API key (Authorization: Bearer)",
-                                   code="invalid_api_key")
-                return await handler(request)
-            except ApiError as err:
-                return error_response(err)
-            except AprError as err:     # transcribe refused an option (language, prompt)
-                return error_response(from_apr_error(err))
-        return wrapped
+    endpoint = endpoint_wrapper(engine, settings.api_key)
 
     def meta() -> dict:
         info = {"backend": engine.backend, "task": "speech-to-text"}
@@ -75,17 +53,12 @@ def create_speech_app(engine: SpeechEngine, settings: ServerSettings = ServerSet
 
     async def transcriptions(request: Request) -> Any:
         from apr_core.speech.audio import read_audio
-        if not engine.ready:
-            raise ApiError(503, engine.load_error or "model is still loading",
-                           code="model_not_ready", headers={"Retry-After": "1"})
         form = await read_form(request, max_upload)
         try:
             req = await transcription_request(form, TASKS[request.url.path])
         finally:
             await form.close()
-        if req.model != engine.model_id:
-            raise ApiError(404, "model '{}' not found; this server serves '{}'".format(
-                req.model, engine.model_id), param="model", code="model_not_found")
+        check_model(engine, req.model)
         try:
             samples = await asyncio.to_thread(read_audio, req.audio)
         except AprError as err:
@@ -98,60 +71,11 @@ def create_speech_app(engine: SpeechEngine, settings: ServerSettings = ServerSet
                        "/v1/audio/transcriptions".format(engine.model_id),
                        param="model", code="model_not_supported")
 
-    async def models(request: Request) -> Any:
-        return JSONResponse(model_list(engine.model_id, engine.created, meta()))
-
-    async def model(request: Request) -> Any:
-        if request.path_params["model"] != engine.model_id:
-            raise ApiError(404, "model '{}' not found".format(request.path_params["model"]),
-                           param="model", code="model_not_found")
-        return JSONResponse(model_card(engine.model_id, engine.created, meta()))
-
-    async def health(request: Request) -> Any:
-        return JSONResponse({"status": "ok", "backend": engine.backend})
-
-    async def ready(request: Request) -> Any:
-        if engine.ready:
-            return JSONResponse({"status": "ready", "model": engine.model_id})
-        raise ApiError(503, engine.load_error or "model is still loading",
-                       code="model_not_ready", headers={"Retry-After": "1"})
-
-    async def prometheus(request: Request) -> Any:
-        return Response(metrics.exposition(), media_type=metrics.content_type)
-
-    async def http_error(request: Request, exc: Exception) -> Any:
-        assert isinstance(exc, HTTPException)
-        return error_response(ApiError(exc.status_code, str(exc.detail),
-                                       code="not_found" if exc.status_code == 404 else None))
-
-    @asynccontextmanager
-    async def lifespan(app: Any) -> Any:
-        if manage_engine:
-            engine.start()
-        yield
-        if manage_engine:
-            engine.stop()
-
     routes = [Route(path, endpoint(transcriptions), methods=["POST"]) for path in TASKS]
-    routes += [Route(path, endpoint(text_route), methods=["POST"]) for path in TEXT_ROUTES]
-    routes += [
-        Route("/v1/models", endpoint(models), methods=["GET"]),
-        Route("/v1/models/{model:path}", endpoint(model), methods=["GET"]),
-        Route("/health", endpoint(health, protected=False)),
-        Route("/ready", endpoint(ready, protected=False)),
-        Route("/metrics", endpoint(prometheus)),
-    ]
-    middleware = [Middleware(MeasureMiddleware, metrics=metrics)]
-    if settings.cors_origins:
-        middleware.insert(0, Middleware(
-            CORSMiddleware, allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type"], max_age=600))
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: http_error}, middleware=middleware)
-    app.state.engine = engine
-    app.state.metrics = metrics
-    return app
+    routes += [Route(path, endpoint(text_route, needs_model=False), methods=["POST"])
+               for path in TEXT_ROUTES]
+    routes += service_routes(engine, metrics, meta, endpoint)
+    return build_app(routes, engine, metrics, settings.cors_origins, manage_engine)
 
 
 __all__ = ["create_speech_app", "bad_audio"]
