@@ -65,6 +65,27 @@ def test_many_tasks_with_a_worker_equal_caller_only(tasks, monkeypatch):
         pool.restart(1)
 
 
+def test_a_late_worker_claims_nothing_of_a_finished_task(tasks, monkeypatch):
+    """A worker that read the generation of a task and was descheduled before claiming
+    resumes after the caller finished that task and began writing the next descriptor
+    (more chunks, not yet posted): it must claim nothing. (Found as garbage tokens, one
+    process in three, in the batching tests: the claim compared the old index against
+    the new descriptor's chunk count.)"""
+    groups, xs = tasks
+    monkeypatch.setattr(pool, "CHUNK_MIN_BYTES", 1)
+    workers = pool.restart(1)                    # the caller alone: nobody else claims
+    try:
+        ctl, task, fargs = workers.shared
+        cpu.numba_matmul_group(groups[0], xs[0])                 # a finished task
+        finished = int(ctl[pool.GEN])
+        done = int(ctl[pool.DONE])
+        task[pool.CHUNKS] += 5                   # the next task's descriptor, half written
+        assert pool._work(ctl, task, fargs, finished) == 0
+        assert int(ctl[pool.DONE]) == done
+    finally:
+        pool.restart(1)
+
+
 def test_a_sleeping_worker_costs_nothing(tasks, monkeypatch):
     """A worker past its spin and patience polls every SLEEP_US: the caller takes the
     chunks it does not, so every task still completes with the same result."""

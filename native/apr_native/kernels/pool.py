@@ -14,7 +14,9 @@ with two busy neighbours). Here:
 - The caller posts a task (its descriptor holds addresses and sizes), then claims chunks
   itself like any worker. A chunk is claimed by compare-and-swap on one word holding the
   generation and the next chunk index, so a worker still on an older task can never claim
-  a chunk of a newer one. The caller waits only for chunks a worker has claimed and not
+  a chunk of a newer one; once its chunks are done the caller closes the word (index at
+  its maximum) before it rewrites the descriptor, so a worker that read the generation
+  late cannot claim an index of the old task against the new task's sizes. The caller waits only for chunks a worker has claimed and not
   finished: a worker that is descheduled or asleep costs nothing, its chunks are taken.
 
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
@@ -204,6 +206,17 @@ def _run(ctl, task, fargs):
         else:
             atomics.sched_yield()
         waited += 1
+    close(ctl, g)
+
+
+@njit(cache=True)
+def close(ctl, g):
+    """No chunk of generation `g` can be claimed any more. A worker that read GEN = g
+    but was descheduled before `_work` compares chunk indices against `task[CHUNKS]`,
+    which the caller rewrites for its next task before posting it: without this, a
+    late worker could claim chunk `CHUNKS(g)` of a half-written descriptor (and write
+    garbage over the next task's output)."""
+    atomics.store(ctl, NEXT, (g << INDEX_BITS) | INDEX_MASK)
 
 
 @njit(cache=True)
