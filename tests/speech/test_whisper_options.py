@@ -3,7 +3,8 @@ faster-whisper on the same CTranslate2 directory and the same espeak-ng samples:
 `initial_prompt` (token-equal, and it must change the output) and temperature fallback
 forced by thresholds no decode can meet (compression ratio, average log probability):
 the reported temperature is the last one tried, the kept decode the best by average log
-probability, as faster-whisper's `generate_with_fallback` does."""
+probability (greedy's, or a sampled one scoring above it), as faster-whisper's
+`generate_with_fallback` does."""
 from __future__ import annotations
 
 import pytest
@@ -63,12 +64,18 @@ def test_forced_temperature_fallback_matches_faster_whisper(model, oracle, audio
     assert ours["segments"] and ours["text"]                            # it still decodes
     assert [s["temperature"] for s in ours["segments"]] == \
         [s.temperature for s in theirs] == [last] * len(theirs)
-    # every attempt failed: the best average log probability is kept, greedy's included
-    assert ours["segments"][0]["avg_logprob"] >= greedy["segments"][0]["avg_logprob"] - 1e-9
-    # on this clear speech the greedy attempt is the best on both sides
-    assert _tokens(ours) == [s.tokens for s in theirs] == _tokens(greedy)
-    for mine, ref in zip(ours["segments"], theirs):
-        assert abs(mine["avg_logprob"] - ref.avg_logprob) < 1e-3
+    # every attempt failed: the best average log probability is kept, greedy's included.
+    # Which attempt wins is the samplers' luck (a sampled decode can score above greedy's;
+    # faster-whisper's sampler is not seeded), so both sides are held to the rule: greedy's
+    # tokens at greedy's log prob, or another decode scoring above it.
+    greedy_lp = greedy["segments"][0]["avg_logprob"]
+    kept = [(_tokens(ours)[0], ours["segments"][0]["avg_logprob"], 1e-6),
+            (list(theirs[0].tokens), theirs[0].avg_logprob, 1e-3)]
+    for tokens, avg_logprob, tol in kept:
+        if tokens == _tokens(greedy)[0]:
+            assert abs(avg_logprob - greedy_lp) < tol
+        else:
+            assert avg_logprob > greedy_lp - tol
 
 
 def test_sampling_at_one_temperature_decodes_and_is_seeded(model, audio):
