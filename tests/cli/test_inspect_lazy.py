@@ -85,3 +85,17 @@ def test_string_offsets_come_from_the_parse_walk(smollm2_gguf, monkeypatch, chun
             assert lazy[i] == bytes(field.parts[field.data[i]]).decode("utf-8")
     finally:
         ours.close()
+
+
+def test_run_decodes_each_large_array_once(smollm2_gguf):
+    """`apr run` on a GGUF decodes the vocabulary, merges and token types once (the
+    tokenizer needs them); asking whether the file is a Whisper APR reads 4 bytes."""
+    header = read_gguf(smollm2_gguf)
+    try:
+        lazy = sum(isinstance(v, gguf_lazy.GGUFArray) for v in header.header_metadata.values())
+    finally:
+        header.close()
+    before = gguf_lazy.decode_count
+    code, out, err = apr("run", smollm2_gguf, "Hi", "-n", "1", "--backend", "numpy")
+    assert code == 0, err
+    assert lazy >= 2 and gguf_lazy.decode_count - before == lazy

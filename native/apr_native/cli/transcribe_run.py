@@ -39,9 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def is_whisper_file(path: str) -> bool:
-    """True when `path` is an APR file whose metadata says Whisper (reads the header only)."""
+    """True when `path` is an APR file whose metadata says Whisper (reads the header only;
+    any other format is told by its first bytes, so a GGUF's vocabulary is not decoded
+    here on its way to `apr run`)."""
     if not (isinstance(path, str) and os.path.isfile(path)):
         return False
+    from apr_core.formats.detect import APR1, APR2, MAGICS
+    with open(path, "rb") as f:
+        if MAGICS.get(f.read(4)) not in (APR1, APR2):
+            return False
     from apr_core.formats.open import open_model
     from apr_core.speech.model import is_whisper
     try:
