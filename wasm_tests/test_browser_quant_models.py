@@ -75,12 +75,22 @@ def profile_page(browser, site, tmp_path):
         session.close()
 
 
-def settled_rss(session):
-    """The browsers' RSS once the worker's garbage is collected (garbage is not held)."""
+def settled_rss(session, least_s=8.0, most_s=40.0):
+    """The browsers' RSS once the worker's garbage is collected (garbage is not held): after
+    `least_s`, sampled each second until three samples agree within 1% (a loaded machine
+    returns freed pages later), the smallest of the last three."""
     import time
     session.call("() => apr.collectGarbage()")
-    time.sleep(8)
-    return chromium_rss()
+    time.sleep(least_s)
+    samples = [chromium_rss()]
+    deadline = time.monotonic() + most_s - least_s
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        samples.append(chromium_rss())
+        last = samples[-3:]
+        if len(last) == 3 and max(last) - min(last) <= 0.01 * min(last):
+            break
+    return min(samples[-3:])
 
 
 LOGITS = {}  # (model, threads) -> logits, to compare threads on and off bit for bit

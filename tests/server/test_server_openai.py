@@ -184,7 +184,8 @@ def test_logprobs_are_the_log_softmax_of_the_engine_logits(server, local):
 
 
 def test_n_choices_with_a_seed_repeat(server):
-    kw = dict(max_tokens=12, temperature=1.0, seed=11, n=3)
+    # ignore_eos (vLLM's field): a sampled end of turn cannot cut a choice short
+    kw = dict(max_tokens=12, temperature=1.0, seed=11, n=3, extra_body={"ignore_eos": True})
     first = ask(server.client(), "Tell me a fun fact.", **kw)
     again = ask(server.client(), "Tell me a fun fact.", **kw)
     texts = [c.message.content for c in first.choices]
@@ -192,6 +193,7 @@ def test_n_choices_with_a_seed_repeat(server):
     assert texts == [c.message.content for c in again.choices]
     assert len(set(texts)) > 1                       # each choice samples on its own
     assert first.usage.completion_tokens == 36       # every choice ran to max_tokens
+    assert [c.finish_reason for c in first.choices] == ["length"] * 3
     assert again.usage.prompt_tokens_details.cached_tokens > 0
 
 

@@ -14,10 +14,9 @@ with two busy neighbours). Here:
 - The caller posts a task (its descriptor holds addresses and sizes), then claims chunks
   itself like any worker. A chunk is claimed by compare-and-swap on one word holding the
   generation and the next chunk index, so a worker still on an older task can never claim
-  a chunk of a newer one; once its chunks are done the caller closes the word (index at
-  its maximum) before it rewrites the descriptor, so a worker that read the generation
-  late cannot claim an index of the old task against the new task's sizes. The caller waits only for chunks a worker has claimed and not
-  finished: a worker that is descheduled or asleep costs nothing, its chunks are taken.
+  a chunk of a newer one, and a finished task's word is closed (index at its maximum)
+  before the caller writes the next descriptor. The caller waits only for chunks a worker
+  has claimed and not finished: a descheduled or sleeping worker's chunks are taken.
 
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
 (`cpu_blocks.dot_rows` for one token, `cpu_rows.dot_token_rows` for several; one weight,
@@ -206,31 +205,21 @@ def _run(ctl, task, fargs):
         else:
             atomics.sched_yield()
         waited += 1
-    close(ctl, g)
-
-
-@njit(cache=True)
-def close(ctl, g):
-    """No chunk of generation `g` can be claimed any more. A worker that read GEN = g
-    but was descheduled before `_work` compares chunk indices against `task[CHUNKS]`,
-    which the caller rewrites for its next task before posting it: without this, a
-    late worker could claim chunk `CHUNKS(g)` of a half-written descriptor (and write
-    garbage over the next task's output)."""
+    # closed: a worker that read GEN = g late must not claim index CHUNKS(g) against the
+    # next task's descriptor, which the caller writes before posting it
     atomics.store(ctl, NEXT, (g << INDEX_BITS) | INDEX_MASK)
 
 
 @njit(cache=True)
 def _run_on(ctl, task, fargs, xq, xd, xs):
-    """`_run` the task over activations `xq, xd, xs` (arguments here, so they live until
-    its last chunk is done)."""
+    """`_run` over activations `xq, xd, xs` (arguments: they live until it is done)."""
     task[XQ], task[XD], task[XS] = xq.ctypes.data, xd.ctypes.data, xs.ctypes.data
     _run(ctl, task, fargs)
 
 
 @njit(cache=True)
 def _run_matvec(ctl, task, fargs, x):
-    """`_run` a matvec task over `x [T, in]` quantized: one token as `quantize_x` lays
-    it out, several in `cpu_rows.pair_layout`."""
+    """`_run` a matvec over `x [T, in]` quantized (`quantize_x`, or `pair_layout`)."""
     xq, xd, xs = quantize_x(x)
     task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
     if x.shape[0] > 1:
