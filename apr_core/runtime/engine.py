@@ -33,9 +33,9 @@ from .speculative import SpeculativeConfig
 from .text_model import Generation, Piece, TextModel
 
 DEFAULT_KV_MEMORY = 2 << 30     # bytes of KV blocks (virtual until written)
-# The engine's KV cache type unless the options name one (`--kv-type f16` halves the memory
-# as llama.cpp's default does; float32 keeps every parity test's numbers unchanged).
-DEFAULT_KV_TYPE = "f32"
+# The engine's KV cache type unless the options name one (`--kv-type`): half the memory
+# of float32 (llama.cpp's default too); the library's caches default to kv_types.DEFAULT.
+DEFAULT_KV_TYPE = "f16"
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,12 @@ def numpy_only_python(tmp_path_factory):
 
 
 def clean_env(**extra):
-    """No PYTHONPATH, no apr configuration: the archive must bring everything."""
+    """No PYTHONPATH, no apr configuration: the archive must bring everything. OpenBLAS's
+    settings pass (OPENBLAS_CORETYPE picks its kernels: the same numerics as this process's
+    `apr run`)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ["HOME"],
            "LANG": "C.UTF-8"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")})
     env.update(extra)
     return env
 

@@ -39,11 +39,11 @@ def corrupt_gguf(smollm2_gguf, tmp_path_factory):
 
 
 def test_trace_steps_are_the_runtimes_hidden_states(smollm2_gguf):
-    from apr_core.runtime.text_model import TextModel
     from apr_core.trace import trace
+    from apr_native.engine import EngineOptions, load_engine
     code, report = apr_json("trace", smollm2_gguf, PROMPT, "--backend", "numpy")
     assert code == 0
-    model = TextModel.load(smollm2_gguf)
+    model = load_engine(smollm2_gguf, EngineOptions(backend="numpy")).model   # as trace loads
     ids = model.prompt_ids(PROMPT)
     n_layers = model.transformer.config.n_layers
     names = [s["name"] for s in report["steps"]]

@@ -105,9 +105,9 @@ def test_perplexity_matches_llama_cpp(name, request, zen_file):
     `apr eval`'s perplexity (the default runtime) equals the one llama.cpp's logits give,
     and apr's centered logits match llama.cpp's on each scored row."""
     import llama_cpp
-    from apr_core.runtime.text_model import TextModel
+    from apr_native.engine import EngineOptions, load_engine
     path = request.getfixturevalue("smollm2_gguf" if name == "smollm2" else "qwen_gguf")
-    model = TextModel.load(path)
+    model = load_engine(path, EngineOptions()).model     # as `apr eval` loads it (KV type too)
     tokenizer = model.tokenizer
     ids = tokenizer.encode(ZEN * 2, add_special=True, parse_special=False)
     code, cli = apr_json("eval", path, "--dataset", zen_file, "--ctx", str(N_CTX),
