@@ -207,20 +207,30 @@ def _pool_arrays(pool):
 
 @pytest.fixture(scope="module")
 def target_hd32(tmp_path_factory):
-    """The target's kind of model with head_dim 32 (whole Q8_0 / Q4_0 blocks per row), on
-    numpy and on numba."""
+    """backend -> the target's kind of model with head_dim 32 (whole Q8_0 / Q4_0 blocks per
+    row), built on first use (numba only where the native tests run)."""
     d = tmp_path_factory.mktemp("spec32")
     write_gguf_model(d / "t.gguf", arch="qwen2", quant="Q8_0", seed=3, n_vocab=N_VOCAB,
                      n_heads=2, n_kv_heads=1)
-    from apr_native import backends
-    return {"numpy": Transformer.from_path(str(d / "t.gguf")),
-            "numba": Transformer.from_path(str(d / "t.gguf"),
-                                           kernels=backends.select("numba"))}
+    built = {}
+
+    def on(backend):
+        if backend not in built:
+            kernels = None
+            if backend == "numba":
+                from apr_native import backends
+                kernels = backends.select("numba")
+            built[backend] = Transformer.from_path(str(d / "t.gguf"), kernels=kernels)
+        return built[backend]
+    return on
 
 
-@pytest.mark.parametrize("kv_type,backend", [("f32", None), ("f16", "numpy"),
-                                             ("q8_0", "numpy"), ("q4_0", "numpy"),
-                                             ("q8_0", "numba"), ("q4_0", "numba")])
+NUMBA = pytest.mark.native
+
+
+@pytest.mark.parametrize("kv_type,backend", [
+    ("f32", None), ("f16", "numpy"), ("q8_0", "numpy"), ("q4_0", "numpy"),
+    pytest.param("q8_0", "numba", marks=NUMBA), pytest.param("q4_0", "numba", marks=NUMBA)])
 def test_rollback_leaves_the_paged_cache_as_if_never_drafted(models, target_hd32, kv_type,
                                                              backend):
     """One decode step whose draft (3 tokens) is rejected at its first token: the pool
@@ -228,7 +238,7 @@ def test_rollback_leaves_the_paged_cache_as_if_never_drafted(models, target_hd32
     step writes); the three draft slots hold their bytes from before (zeros), and the
     block the draft alone needed is free again. For every KV type: a row is one position
     (apr_core.model.kv_types), so quantized blocks roll back byte for byte too."""
-    target = models[0] if backend is None else target_hd32[backend]
+    target = models[0] if backend is None else target_hd32(backend)
     cfg = target.config
     pool = BlockPool(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 64, 4, kv_type=kv_type)
     sched = Scheduler(target, Vocab(), pool, 1, 64)
