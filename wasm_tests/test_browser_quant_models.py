@@ -77,14 +77,15 @@ def profile_page(browser, site, tmp_path):
 
 def settled_rss(session, least_s=8.0, most_s=40.0):
     """The browsers' RSS once the worker's garbage is collected (garbage is not held): after
-    `least_s`, sampled each second until three samples agree within 1% (a loaded machine
-    returns freed pages later), the smallest of the last three."""
+    `least_s`, collected and sampled each second until three samples agree within 1% (a
+    loaded machine collects and returns freed pages later), the smallest of the last three."""
     import time
     session.call("() => apr.collectGarbage()")
     time.sleep(least_s)
     samples = [chromium_rss()]
     deadline = time.monotonic() + most_s - least_s
     while time.monotonic() < deadline:
+        session.call("() => apr.collectGarbage()")
         time.sleep(1.0)
         samples.append(chromium_rss())
         last = samples[-3:]

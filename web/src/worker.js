@@ -158,10 +158,14 @@ apr_web._sync = _sync
              submissions: self.aprGpu ? self.aprGpu.submissions : 0,
              readbacks: self.aprGpu ? self.aprGpu.readbacks : 0 };
   },
-  /** Run the garbage collector where the browser exposes it (tests: --js-flags=--expose-gc),
-   * so memory a forgotten model held is returned now; true when it ran. */
+  /** Run Python's cycle collector (it drops proxies of JS buffers held in cycles), then the
+   * JS garbage collector where the browser exposes it (tests: --js-flags=--expose-gc), twice
+   * (the first pass may only run finalizers), so memory a forgotten model held is returned
+   * now; true when the JS collector ran. */
   collectGarbage() {
+    if (runtime) runtime.py.runPython("import gc; gc.collect()");
     if (typeof globalThis.gc !== "function") return false;
+    globalThis.gc();
     globalThis.gc();
     return true;
   },
