@@ -97,13 +97,13 @@ def _native_reference(smollm2_path):
     import numpy as np
     from apr_core.formats.open import open_model
     from apr_core.runtime.generate import generate_step
-    from apr_core.runtime.text_model import TextModel
+    from apr_core.runtime.engine import Engine
     from apr_core.quant.api import dequantize_raw
     with open_model(smollm2_path) as gguf:
         digests = {name: hashlib.sha256(np.ascontiguousarray(
             dequantize_raw(gguf.read_raw(name)), dtype="<f4").tobytes()).hexdigest()
             for name in gguf.tensors}
-    model = TextModel.load(smollm2_path)
+    model = Engine.open(smollm2_path).model     # as the page's engine: its KV type
     ids = model.prompt_ids(PROMPT)
     chat = model.generate(model.chat_ids([{"role": "user", "content": QUESTION}]),
                           max_tokens=96)

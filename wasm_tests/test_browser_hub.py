@@ -94,8 +94,8 @@ def native_chat(path, max_tokens, options=None):
     and sampler options under llama-server's names, read by the same option table."""
     from apr_core.runtime.sampler_options import from_request
     from apr_core.runtime.sampling import SamplerConfig
-    from apr_core.runtime.text_model import TextModel
-    model = TextModel.load(path)
+    from apr_core.runtime.engine import Engine
+    model = Engine.open(path).model     # as the page's engine: its KV type
     ids = model.chat_ids([{"role": "user", "content": QUESTION}])
     options = dict(options or {"temperature": 0.0})
     seed = options.pop("seed", None)

@@ -118,3 +118,32 @@ def test_speculative_chat_in_the_browser_gives_the_same_text(open_page, kernels)
     assert s["accepted_tokens"] > 0 and s["decode_passes"] < s["decoded_tokens"]
     print(kernels, "plain", plain["decode_tok_s"], "lookup", fast["decode_tok_s"],
           "tokens/pass", s["tokens_per_pass"])
+
+
+def _native_kv_run(path, kv_type, ids):
+    """Native apr with `--kv-type kv_type`: its KV report and GREEDY greedy tokens."""
+    from apr_core.runtime.context_options import ContextOptions
+    from apr_core.runtime.engine import Engine, EngineOptions
+    from apr_core.runtime.generate import generate_step
+    engine = Engine.open(path, EngineOptions(context=ContextOptions(kv_type=kv_type)))
+    return engine.kv_report(), list(generate_step(engine.transformer, ids, max_tokens=GREEDY))
+
+
+def test_the_kv_type_option_of_the_page_is_the_native_one(open_page, native, smollm2_path):
+    """`apr.load(url, {kvType})` stores the KV cache as `--kv-type` does natively: the same
+    bytes per position and the same greedy tokens as native apr with that type; f16 by
+    default, as natively; an unknown type is E011 before a weight is placed."""
+    session = open_page(QUERY + "&kernels=simd")
+    default = session.call("apr.load('models/smollm2.gguf')")
+    assert default["kv_type"] == "f16"
+    for kv_type in ("q8_0", "q4_0"):
+        info = session.call("(t) => apr.load('models/smollm2.gguf', {kvType: t})", kv_type)
+        report, tokens = _native_kv_run(smollm2_path, kv_type, native["ids"])
+        assert (info["kv_type"], info["kv_bytes_per_token"]) == (kv_type,
+                                                                report["bytes_per_token"])
+        assert info["kv_bytes_per_token"] < default["kv_bytes_per_token"]
+        greedy = session.call("([ids, n]) => apr.greedy(ids, n)", [native["ids"], GREEDY])
+        assert greedy["tokens"] == tokens, kv_type
+    got = session.call("() => apr.load('models/smollm2.gguf', {kvType: 'q3'}).then(() => null,"
+                       " (e) => e.detail)")
+    assert got is not None and got["code"] == "E011", got

@@ -25,8 +25,8 @@ MODELS = {"qwen": "qwen2.5-coder-0.5b", "gemma": "gemma3-270m"}
 
 def _native_reference(path):
     from apr_core.runtime.generate import generate_step
-    from apr_core.runtime.text_model import TextModel
-    model = TextModel.load(path)
+    from apr_core.runtime.engine import Engine
+    model = Engine.open(path).model     # as the page's engine: its KV type
     ids = model.prompt_ids(PROMPT)
     return {"ids": ids, "logits": model.transformer.forward(ids),
             "greedy": list(generate_step(model.transformer, ids, max_tokens=GREEDY))}

@@ -216,7 +216,7 @@ def test_a_stopped_shard_download_resumes_on_a_server_without_range(browser, ser
 def test_a_quantized_compressed_site_answers_as_native_apr_on_its_shards(browser, server_q4_0,
                                                                          compiled_q4_0):
     from apr_core.formats.open import open_model
-    from apr_core.runtime.text_model import TextModel
+    from apr_core.runtime.engine import Engine
     out, report = compiled_q4_0
     manifest = str(out / report["model"]["url"])
     assert report["model"]["url"] == "models/SmolLM2-135M-Instruct.q4_0.apr"
@@ -226,7 +226,7 @@ def test_a_quantized_compressed_site_answers_as_native_apr_on_its_shards(browser
         assert len(model.metadata["shards"]) == len(report["model"]["shards"]) >= 4
     assert dtypes.count("Q4_0") == report["model"]["quality"]["tensors"] > 0
     assert "Q4_1" not in dtypes
-    native = TextModel.load(manifest)
+    native = Engine.open(manifest).model    # as the site's engine: its KV type
     expected = native.generate(native.chat_ids([{"role": "user", "content": QUESTION}]),
                                max_tokens=MAX_TOKENS).text
     assert expected

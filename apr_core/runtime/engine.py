@@ -67,7 +67,16 @@ class Engine:
     def __init__(self, model: TextModel, options: Optional[EngineOptions] = None,
                  path: str = "", load_seconds: float = 0.0) -> None:
         self.model = model
-        self.options = options or EngineOptions()
+        self.options = options = options or EngineOptions()
+        # the options that shape the model, applied here for every way an engine is made
+        # (Engine.open, the browser worker, compiled workers)
+        if options.chat_template and model.tokenizer is not None:
+            model.chat_template = options.chat_template
+        if options.context is not None:
+            apply_context(model.transformer, options.context)
+        if options.context is None or options.context.kv_type is None:
+            model.transformer.kv_type = kv_types.get(
+                DEFAULT_KV_TYPE, model.transformer.config.head_dim).name
         self.path = path
         self.load_seconds = load_seconds
         self._pool: Optional[BlockPool] = None
@@ -91,13 +100,6 @@ class Engine:
             from ..model import Transformer
             model = TextModel(Transformer.from_path(path, options.dequantize, opener, kernels),
                               None)
-        if options.chat_template and model.tokenizer is not None:
-            model.chat_template = options.chat_template
-        if options.context is not None:
-            apply_context(model.transformer, options.context)
-        if options.context is None or options.context.kv_type is None:
-            model.transformer.kv_type = kv_types.get(
-                DEFAULT_KV_TYPE, model.transformer.config.head_dim).name
         return cls(model, options, os.fspath(path), time.perf_counter() - start)
 
     @property

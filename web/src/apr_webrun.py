@@ -57,6 +57,8 @@ async def load(url: str, dequantize: Optional[bool] = None,
     `options["backend"]`: "auto" (default: WebGPU when the page has a device, else the
     CPU kernels), "webgpu" (the same, the CPU with the reason when there is no device) or
     "cpu". The answer names the `adapter` the model runs on, or `gpu_reason`.
+    `options["kvType"]`: the KV cache's storage, f16 (default), q8_0, q4_0 or f32, as
+    `--kv-type` natively; the answer has `kv_type` and `kv_bytes_per_token`.
 
     `dequantize` turns weights into float32 once at load: with numpy's kernels that is the
     fast path (dequantizing every weight on every token costs more than the matvec). With
@@ -66,6 +68,7 @@ async def load(url: str, dequantize: Optional[bool] = None,
     """
     options = dict(options or {})
     backend = options.pop("backend", None) or "auto"
+    kv_type = options.pop("kvType", None)      # the KV cache's storage, as --kv-type
     try:
         model = await _open(url, options)  # first: download and verification errors come before numpy's
         try:
@@ -75,6 +78,8 @@ async def load(url: str, dequantize: Optional[bool] = None,
             return json.dumps({"error": {"code": "numpy", "message": "generation needs numpy: "
                                          "use Pyodide 0.17, or an indexURL that serves numpy"}})
         from apr_core.quant import registry
+        from apr_core.runtime.context_options import ContextOptions
+        context = ContextOptions(kv_type=kv_type)     # E011 on an unknown type: nothing placed
         kernels = _state.get("kernels") or registry.NUMPY   # apr_webkernel's, if registered
         _release_kernel_memory()   # one model's weights at a time in the kernels' memory
         kernels, gpu_reason = _backend(backend, kernels)
@@ -95,12 +100,14 @@ async def load(url: str, dequantize: Optional[bool] = None,
         # engine's scheduler) within BROWSER_KV_BYTES, allocated on first use
         engine = Engine(await drive(lambda: TextModel.from_model_file(
                             source_model, dequantize_at_load=bool(dequantize), kernels=kernels)),
-                        EngineOptions(max_batch=1, kv_memory=BROWSER_KV_BYTES), path=url)
+                        EngineOptions(max_batch=1, kv_memory=BROWSER_KV_BYTES,
+                                      context=context), path=url)
         _state["engine"], _state["model"], _state["url"] = engine, engine.model, url
         _state["source_model"] = source_model
         cfg = engine.transformer.config
         gpu_reason = getattr(kernels, "fallback_reason", None) or gpu_reason
         device = engine.transformer.device
+        kv = engine.kv_report()
         return json.dumps({"url": url, "arch": cfg.arch, "layers": cfg.n_layers,
                            "kernels": engine.backend,
                            # the WebGPU adapter the model runs on, else why not
@@ -108,9 +115,9 @@ async def load(url: str, dequantize: Optional[bool] = None,
                            "gpu_reason": None if device is not None else gpu_reason,
                            "placed_bytes": sum(blocks.nbytes for blocks in placed.values()),
                            "kv_bytes": BROWSER_KV_BYTES,   # the engine's KV budget
-                           # float32 keys and values of one position, every layer
-                           "kv_bytes_per_token": 2 * 4 * cfg.n_layers * cfg.n_kv_heads
-                           * cfg.head_dim,
+                           # keys and values of one position, every layer
+                           "kv_type": kv["kv_type"],
+                           "kv_bytes_per_token": kv["bytes_per_token"],
                            "vocab": cfg.n_vocab, "context": cfg.max_ctx,
                            "chat_template": bool(_state["model"].chat_template)})
     except Exception as exc:

@@ -66,7 +66,9 @@ export class AprClient {
   /** Stream per-tensor statistics of an inspected file as `stats` events. */
   stats(name) { return this.call("stats", "file:" + name); }
   /** Load a model for generation (`dequantize`: float32 weights inside Python at load;
-   * by default only when no SIMD kernel holds its own float32 copy). */
+   * by default only when no SIMD kernel holds its own float32 copy). Options: `backend`
+   * ("auto", "webgpu", "cpu"), `kvType` (the KV cache's storage: "f16" by default, "q8_0",
+   * "q4_0", "f32", as `--kv-type`), and the keys of encrypted or signed files. */
   load(url, { dequantize = null, ...keys } = {}) { return this.call("load", absolute(url), dequantize, keys); }
   /** Answer a conversation. Sampler options beyond `temperature` and `seed` take
    * llama-server's names: `top_k`, `top_p`, `min_p`, `typical_p`, `repeat_penalty`,

@@ -11,8 +11,18 @@ to MP columns (a multiple of 16 lanes; of 32 when the two-vector kernels run):
 so every vector operation runs along M and each K or V element is one broadcast
 (`vec16`): a score tile is KB x hd broadcasts of keys times Qt rows, the output update
 hd x KB broadcasts of values times S rows. The register tiles are 4 keys (or 4 output
-features) x 2 vectors, or 8 x 1 vector when MP is 16 (one decode row of a small GQA
-group): 8 accumulators, enough independent FMAs to cover their latency.
+features) x 2 vectors: 8 accumulators, enough independent FMAs to cover their latency.
+
+Packed lanes (MP == 16: a decode row of a GQA group, `cpu_attention.packing`): with at
+most 8 (4) query vectors, r = 2 (4) features of a vector sit side by side, lane
+(m, x) = m r + x holding feature c r + x of vector m in row c:
+    Qt [hd / r, 16], S [KB, 16], Ot [hd / r, 16]
+Each K or V load is r consecutive features repeated over the lanes (`vbcast2/4`, one
+broadcast load), and a score's r lanes are summed at the end (`vswap1/2`), so each lane
+of vector m holds its score and S holds each probability r times, as the output update
+needs. A decode row of Qwen2.5 (7 query heads per KV head) filled 7 of 16 lanes, SmolLM2
+(3) 3 of 16; packed, 14 and 12 (r = 1 is the unpacked layout). The tiles are 8 keys (8
+rows of Ot) x 1 vector.
 
 Softmax per column m (FlashAttention's online form): the block's new max M' =
 max(M, max_b S[b, m]); the old sum and Ot column are multiplied by e^(M - M'); p =
@@ -25,7 +35,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .vec16 import vadd, vexp0, vfma, vload, vmax, vmul, vsplat, vstore, vsub, vzero
+from .vec16 import (vadd, vbcast2, vbcast4, vexp0, vfma, vload, vmax, vmul, vsplat, vstore,
+                    vsub, vswap1, vswap2, vzero)
 
 F32 = np.float32
 NEG_INF = F32(-np.inf)
@@ -65,32 +76,55 @@ def scores_2v(qt, kb, s, mp, hd, nb):
             vstore(s, o + 3 * mp + 16, a31)
 
 
+@njit(inline="always", cache=True)
+def _lanes_of(arr, offset, r):
+    """`arr.flat[offset : offset + r]` repeated over the 16 lanes (lane l: element l % r)."""
+    if r == 1:
+        return vsplat(arr[offset])
+    if r == 2:
+        return vbcast2(arr, offset)
+    return vbcast4(arr, offset)
+
+
+@njit(inline="always", cache=True)
+def _group_sum(a, r):
+    """Each run of r lanes replaced by its sum (in every lane of the run)."""
+    if r >= 2:
+        a = vadd(a, vswap1(a))
+    if r == 4:
+        a = vadd(a, vswap2(a))
+    return a
+
+
 @njit(cache=True)
-def scores_1v(qt, kb, s, hd, nb):
-    """`scores_2v` for MP == 16, 8 keys at a time (b < nb rounded up to 8)."""
+def scores_packed(qt, kb, s, hd, nb, r):
+    """MP == 16, lanes (m, x) = m r + x holding feature x mod r of query vector m (module
+    docstring, "packed"): `s[b, (m, x)] = sum_i kb[b, i] q_m[i]` in every lane of m, 8 keys
+    at a time (b < nb rounded up to 8); `qt [hd / r, 16]`."""
     for b0 in range(0, nb, 8):
         a0, a1, a2, a3 = vzero(), vzero(), vzero(), vzero()
         a4, a5, a6, a7 = vzero(), vzero(), vzero(), vzero()
         k = b0 * hd
-        for i in range(hd):
-            q = vload(qt, i * 16)
-            a0 = vfma(vsplat(kb[k + i]), q, a0)
-            a1 = vfma(vsplat(kb[k + hd + i]), q, a1)
-            a2 = vfma(vsplat(kb[k + 2 * hd + i]), q, a2)
-            a3 = vfma(vsplat(kb[k + 3 * hd + i]), q, a3)
-            a4 = vfma(vsplat(kb[k + 4 * hd + i]), q, a4)
-            a5 = vfma(vsplat(kb[k + 5 * hd + i]), q, a5)
-            a6 = vfma(vsplat(kb[k + 6 * hd + i]), q, a6)
-            a7 = vfma(vsplat(kb[k + 7 * hd + i]), q, a7)
+        for c in range(hd // r):
+            q = vload(qt, c * 16)
+            o = k + c * r
+            a0 = vfma(_lanes_of(kb, o, r), q, a0)
+            a1 = vfma(_lanes_of(kb, o + hd, r), q, a1)
+            a2 = vfma(_lanes_of(kb, o + 2 * hd, r), q, a2)
+            a3 = vfma(_lanes_of(kb, o + 3 * hd, r), q, a3)
+            a4 = vfma(_lanes_of(kb, o + 4 * hd, r), q, a4)
+            a5 = vfma(_lanes_of(kb, o + 5 * hd, r), q, a5)
+            a6 = vfma(_lanes_of(kb, o + 6 * hd, r), q, a6)
+            a7 = vfma(_lanes_of(kb, o + 7 * hd, r), q, a7)
         o = b0 * 16
-        vstore(s, o, a0)
-        vstore(s, o + 16, a1)
-        vstore(s, o + 32, a2)
-        vstore(s, o + 48, a3)
-        vstore(s, o + 64, a4)
-        vstore(s, o + 80, a5)
-        vstore(s, o + 96, a6)
-        vstore(s, o + 112, a7)
+        vstore(s, o, _group_sum(a0, r))
+        vstore(s, o + 16, _group_sum(a1, r))
+        vstore(s, o + 32, _group_sum(a2, r))
+        vstore(s, o + 48, _group_sum(a3, r))
+        vstore(s, o + 64, _group_sum(a4, r))
+        vstore(s, o + 80, _group_sum(a5, r))
+        vstore(s, o + 96, _group_sum(a6, r))
+        vstore(s, o + 112, _group_sum(a7, r))
 
 
 @njit(cache=True)
@@ -130,24 +164,25 @@ def values_2v(vb, s, ot, mp, hd, nb):
 
 
 @njit(cache=True)
-def values_1v(vb, s, ot, hd, nb):
-    """`values_2v` for MP == 16, 8 output features at a time (hd % 8 == 0)."""
-    for d0 in range(0, hd, 8):
-        o = d0 * 16
+def values_packed(vb, s, ot, hd, nb, r):
+    """`scores_packed`'s layout: `ot[c, (m, x)] += sum_{b < nb} vb[b, c r + x] s[b, (m, x)]`,
+    `ot [hd / r, 16]`, 8 rows of it at a time ((hd / r) % 8 == 0)."""
+    for c0 in range(0, hd // r, 8):
+        o = c0 * 16
         a0, a1, a2, a3 = vload(ot, o), vload(ot, o + 16), vload(ot, o + 32), vload(ot, o + 48)
         a4, a5, a6, a7 = (vload(ot, o + 64), vload(ot, o + 80), vload(ot, o + 96),
                           vload(ot, o + 112))
         for b in range(nb):
             p = vload(s, b * 16)
-            v = b * hd + d0
-            a0 = vfma(vsplat(vb[v]), p, a0)
-            a1 = vfma(vsplat(vb[v + 1]), p, a1)
-            a2 = vfma(vsplat(vb[v + 2]), p, a2)
-            a3 = vfma(vsplat(vb[v + 3]), p, a3)
-            a4 = vfma(vsplat(vb[v + 4]), p, a4)
-            a5 = vfma(vsplat(vb[v + 5]), p, a5)
-            a6 = vfma(vsplat(vb[v + 6]), p, a6)
-            a7 = vfma(vsplat(vb[v + 7]), p, a7)
+            v = b * hd + c0 * r
+            a0 = vfma(_lanes_of(vb, v, r), p, a0)
+            a1 = vfma(_lanes_of(vb, v + r, r), p, a1)
+            a2 = vfma(_lanes_of(vb, v + 2 * r, r), p, a2)
+            a3 = vfma(_lanes_of(vb, v + 3 * r, r), p, a3)
+            a4 = vfma(_lanes_of(vb, v + 4 * r, r), p, a4)
+            a5 = vfma(_lanes_of(vb, v + 5 * r, r), p, a5)
+            a6 = vfma(_lanes_of(vb, v + 6 * r, r), p, a6)
+            a7 = vfma(_lanes_of(vb, v + 7 * r, r), p, a7)
         vstore(ot, o, a0)
         vstore(ot, o + 16, a1)
         vstore(ot, o + 32, a2)
@@ -193,5 +228,5 @@ def softmax_block(s, mp, nb, hd, mx, total, alpha, ot):
             vstore(ot, d * mp + m0, vmul(vload(ot, d * mp + m0), vload(alpha, m0)))
 
 
-__all__ = ["scores_2v", "scores_1v", "values_2v", "values_1v", "mask_block",
+__all__ = ["scores_2v", "scores_packed", "values_2v", "values_packed", "mask_block",
            "softmax_block"]

@@ -31,8 +31,8 @@ import numpy as np
 from numba import carray, njit
 
 from .atomics import f32_at, i32_at, i64_at, u8_at
-from .attn_tiles import (mask_block, scores_1v, scores_2v, softmax_block, values_1v,
-                         values_2v)
+from .attn_tiles import (mask_block, scores_2v, scores_packed, softmax_block, values_2v,
+                         values_packed)
 from .kv_rows import decode_row
 
 F32 = np.float32
@@ -109,6 +109,20 @@ def plan(q_pos, tables, n_kv, n_keys, window, want):
 
 
 @njit(cache=True)
+def packing(mp, m_real, hd):
+    """r, the features of one query vector side by side in a tile's lanes: with MP == 16
+    lanes and at most 4 (8) query vectors, lanes (m, x) = m r + x hold feature x mod 4 (2)
+    of vector m, so a decode row of a small GQA group fills the lanes (`attn_tiles`)."""
+    if mp != 16:
+        return 1
+    if m_real <= 4 and hd % 32 == 0:
+        return 4
+    if m_real <= 8 and hd % 16 == 0:
+        return 2
+    return 1
+
+
+@njit(cache=True)
 def run_item(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window, scale,
              items, it, parts, mp):
     """Item `it` of `items` (module docstring): into `out [T, H, hd]`, or its `parts` row."""
@@ -117,27 +131,30 @@ def run_item(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, windo
     group = heads // n_kv
     kv, t0, t1 = items[it, IT_KV], items[it, IT_T0], items[it, IT_T1]
     m_real = (t1 - t0) * group
-    qt = np.zeros(hd * mp, F32)                     # [hd, MP]
+    r = packing(mp, m_real, hd)
+    rows = hd // r                                  # scratch rows: lane m r + x of row c
+    qt = np.zeros(rows * mp, F32)                   # [hd / r, MP] holds feature c r + x
     s = np.empty(KB * mp, F32)                      # [KB, MP]
-    ot = np.zeros(hd * mp, F32)                     # [hd, MP]
+    ot = np.zeros(rows * mp, F32)                   # [hd / r, MP]
     kb = np.zeros(KB * hd, F32)                     # [KB, hd]
     vb = np.zeros(KB * hd, F32)
     mx = np.full(mp, -np.inf, F32)
     total = np.zeros(mp, F32)
     alpha = np.empty(mp, F32)
-    lo = np.ones(mp, np.int64)                      # padding columns see nothing
+    lo = np.ones(mp, np.int64)                      # padding lanes see nothing
     hi = np.zeros(mp, np.int64)
-    first, last = 0, n_keys          # keys every column sees: first .. last
-    k_min, k_max = n_keys, -1        # keys some column sees
-    for r in range(t1 - t0):
-        a, b = row_keys(q_pos, n_keys, window, t0 + r)
+    first, last = 0, n_keys          # keys every vector sees: first .. last
+    k_min, k_max = n_keys, -1        # keys some vector sees
+    for t in range(t1 - t0):
+        a, b = row_keys(q_pos, n_keys, window, t0 + t)
         first, last = max(first, a), min(last, b)
         k_min, k_max = min(k_min, a), max(k_max, b)
         for g in range(group):
-            m = r * group + g
-            lo[m], hi[m] = a, b
+            m = t * group + g
+            for x in range(r):
+                lo[m * r + x], hi[m * r + x] = a, b
             for i in range(hd):
-                qt[i * mp + m] = q[t0 + r, kv * group + g, i] * scale
+                qt[(i // r) * mp + m * r + i % r] = q[t0 + t, kv * group + g, i] * scale
     j0 = max(k_min, items[it, IT_K0])
     j_end = min(k_max + 1, items[it, IT_K1])
     while j0 < j_end:
@@ -148,28 +165,30 @@ def run_item(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, windo
             decode_row(kind, k_bytes, wo, hd, kb, b * hd)
             decode_row(kind, v_bytes, wo, hd, vb, b * hd)
         if mp == 16:
-            scores_1v(qt, kb, s, hd, nb)
+            scores_packed(qt, kb, s, hd, nb, r)
         else:
             scores_2v(qt, kb, s, mp, hd, nb)
         if j0 < first or j0 + nb - 1 > last:
             mask_block(s, mp, nb, j0, lo, hi)
-        softmax_block(s, mp, nb, hd, mx, total, alpha, ot)
+        softmax_block(s, mp, nb, rows, mx, total, alpha, ot)
         if mp == 16:
-            values_1v(vb, s, ot, hd, nb)
+            values_packed(vb, s, ot, hd, nb, r)
         else:
             values_2v(vb, s, ot, mp, hd, nb)
         j0 += nb
     part = items[it, IT_PART]
-    if part >= 0:
-        parts[part, :hd * mp] = ot
-        parts[part, hd * mp:hd * mp + mp] = mx
-        parts[part, hd * mp + mp:] = total
-        return
     for m in range(m_real):
+        lane = m * r
+        if part >= 0:           # unnormalized, unpacked: [hd, MP] column m, max, sum
+            for d in range(hd):
+                parts[part, d * mp + m] = ot[(d // r) * mp + lane + d % r]
+            parts[part, hd * mp + m] = mx[lane]
+            parts[part, hd * mp + mp + m] = total[lane]
+            continue
         t, h = t0 + m // group, kv * group + m % group
-        inv = F32(1.0) / total[m]
+        inv = F32(1.0) / total[lane]
         for d in range(hd):
-            out[t, h, d] = ot[d * mp + m] * inv
+            out[t, h, d] = ot[(d // r) * mp + lane + d % r] * inv
 
 
 @njit(cache=True)

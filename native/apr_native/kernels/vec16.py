@@ -122,6 +122,50 @@ def vmax(typingctx, a, b):
     return f32x16(a, b), codegen
 
 
+def _repeat(builder, arr_ptr, width: int) -> ir.Value:
+    """The `width` float32 values at `arr_ptr` repeated over the 16 lanes."""
+    part = builder.load(builder.bitcast(arr_ptr, _vec(F32, width).as_pointer()), align=4)
+    return builder.shuffle_vector(part, part, _const(I32, list(range(width)) * (LANES // width)))
+
+
+@intrinsic
+def vbcast2(typingctx, arr, offset):
+    """`arr.flat[offset : offset + 2]` repeated over the lanes (lane l holds element l % 2)."""
+    def codegen(context, builder, signature, args):
+        return _repeat(builder, _ptr(context, builder, signature.args[0], args[0], args[1]), 2)
+    return f32x16(arr, offset), codegen
+
+
+@intrinsic
+def vbcast4(typingctx, arr, offset):
+    """`arr.flat[offset : offset + 4]` repeated over the lanes (lane l holds element l % 4)."""
+    def codegen(context, builder, signature, args):
+        return _repeat(builder, _ptr(context, builder, signature.args[0], args[0], args[1]), 4)
+    return f32x16(arr, offset), codegen
+
+
+def _swap(builder, v, width: int) -> ir.Value:
+    """`v` with each run of `width` lanes exchanged with its neighbour run."""
+    order = [lane ^ width for lane in range(LANES)]
+    return builder.shuffle_vector(v, v, _const(I32, order))
+
+
+@intrinsic
+def vswap1(typingctx, v):
+    """Lanes exchanged pairwise: lane l holds lane l ^ 1."""
+    def codegen(context, builder, signature, args):
+        return _swap(builder, args[0], 1)
+    return f32x16(v), codegen
+
+
+@intrinsic
+def vswap2(typingctx, v):
+    """Pairs of lanes exchanged: lane l holds lane l ^ 2."""
+    def codegen(context, builder, signature, args):
+        return _swap(builder, args[0], 2)
+    return f32x16(v), codegen
+
+
 def _c16(value: float) -> ir.Constant:
     return ir.Constant(V16, [value] * LANES)
 
@@ -263,6 +307,6 @@ def put_u16_b(typingctx, w, wo, bits):
 
 
 __all__ = ["f32x16", "LANES", "vzero", "vsplat", "vload", "vstore", "vfma", "vmul", "vadd",
-           "vsub", "vmax", "vexp0",
+           "vsub", "vmax", "vexp0", "vbcast2", "vbcast4", "vswap1", "vswap2",
            "f32_row16_b", "f16_row16_b", "q8_0_block_b", "q4_0_block_b", "f16_bits",
            "f16_value", "put_f32_b", "put_u16_b"]
