@@ -7,7 +7,8 @@ loaded from bytes (`BytesSource`), so it can come from a file, a KV store or a r
 Request (stdin)::
 
     {"model": "/model/smollm2.gguf", "prompt": "Hi", "chat": true, "max_tokens": 32,
-     "temperature": 0.0, "ids": [...] (instead of prompt), "logits": false}
+     "temperature": 0.0, "ids": [...] (instead of prompt), "logits": false,
+     "kv_type": "f16" (the KV cache's storage, as --kv-type: f16, q8_0, q4_0, f32)}
 
 Response (stdout)::
 
@@ -34,31 +35,35 @@ from typing import Any, Dict
 from apr_core.errors import AprError, ErrorCode
 from apr_core.io import BytesSource
 
-_loaded: Dict[str, Any] = {}  # a warm worker instance answers later requests without reloading
+_loaded: Dict[Any, Any] = {}  # (path, KV type) -> model: a warm worker reuses it
 
 
-def load_model(data: bytes, dequantize: bool = True) -> Any:
+def load_model(data: bytes, dequantize: bool = True, kv_type: Any = None) -> Any:
     """THE engine object's model, from a model file's bytes (GGUF, APR v2 or SafeTensors).
 
     `dequantize`: float32 weights at load, the fast path where numpy has no BLAS (WASI,
     Pyodide) — dequantizing every weight on every token costs more than the matvec.
     """
     from apr_core.formats.open import open_model
-    from apr_core.runtime.engine import Engine
+    from apr_core.runtime.context_options import ContextOptions
+    from apr_core.runtime.engine import Engine, EngineOptions
     from apr_core.runtime.text_model import TextModel
+    options = EngineOptions(context=ContextOptions(kv_type=kv_type))   # E011 if unknown
     with open_model(BytesSource(data, "<request model>")) as model_file:
-        return Engine(TextModel.from_model_file(model_file, dequantize_at_load=dequantize)).model
+        return Engine(TextModel.from_model_file(model_file, dequantize_at_load=dequantize),
+                      options).model
 
 
-def _model(path: str) -> Any:
-    if path not in _loaded:
+def _model(path: str, kv_type: Any = None) -> Any:
+    key = (path, kv_type)
+    if key not in _loaded:
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as exc:
             raise AprError(ErrorCode.IO, "cannot read model: {}".format(exc), path=path)
-        _loaded[path] = load_model(data)
-    return _loaded[path]
+        _loaded[key] = load_model(data, kv_type=kv_type)
+    return _loaded[key]
 
 
 def handle(request: Dict[str, Any]) -> Dict[str, Any]:
@@ -66,7 +71,7 @@ def handle(request: Dict[str, Any]) -> Dict[str, Any]:
     from apr_core.runtime.sampling import SamplerConfig
     if not isinstance(request.get("model"), str):
         raise AprError(ErrorCode.ARGUMENT, "request needs 'model' (a path)")
-    model = _model(request["model"])
+    model = _model(request["model"], request.get("kv_type"))
     if "ids" in request:
         ids = [int(t) for t in request["ids"]]
     elif request.get("chat", False):

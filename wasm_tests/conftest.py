@@ -54,13 +54,15 @@ def qwen_path():
 
 def cached(name, inputs, build):
     """`build()`'s result, pickled under $APR_CACHE/wasm_tests keyed by `inputs` and the
-    sources of apr_core and apr_native (so any code change recomputes it); a file lock makes
-    parallel test workers compute it only once."""
+    sources of apr_core, apr_native and these tests (so any change to the code or to how a
+    reference is computed recomputes it); a file lock makes parallel test workers compute
+    it only once."""
     import fcntl
     import pickle
     digest = hashlib.sha256(repr(inputs).encode())
     # Native results depend on apr_core and on the kernels apr_native registers.
-    for package in (os.path.join(ROOT, "apr_core"), os.path.join(ROOT, "native", "apr_native")):
+    for package in (os.path.join(ROOT, "apr_core"), os.path.join(ROOT, "native", "apr_native"),
+                    os.path.join(ROOT, "wasm_tests")):
         for folder, dirs, files in sorted(os.walk(package)):
             dirs.sort()
             for file in sorted(files):
@@ -98,15 +100,20 @@ def _native_reference(smollm2_path):
     from apr_core.formats.open import open_model
     from apr_core.runtime.generate import generate_step
     from apr_core.runtime.engine import Engine
+    from apr_core.runtime.text_model import TextModel
     from apr_core.quant.api import dequantize_raw
     with open_model(smollm2_path) as gguf:
         digests = {name: hashlib.sha256(np.ascontiguousarray(
             dequantize_raw(gguf.read_raw(name)), dtype="<f4").tobytes()).hexdigest()
             for name in gguf.tensors}
-    model = Engine.open(smollm2_path).model     # as the page's engine: its KV type
+    # the arithmetic, compared within LOGIT_TOLERANCE: float32 KV (the page loads with
+    # kvType "f32"; an f16 cache turns the last-bit differences of two kernels into f16
+    # roundings of keys, ~5e-3 in the logits)
+    model = TextModel.load(smollm2_path)
     ids = model.prompt_ids(PROMPT)
-    chat = model.generate(model.chat_ids([{"role": "user", "content": QUESTION}]),
-                          max_tokens=96)
+    engine_model = Engine.open(smollm2_path).model      # as the page's engine: f16 KV
+    chat = engine_model.generate(engine_model.chat_ids(
+        [{"role": "user", "content": QUESTION}]), max_tokens=96)
     return {"digests": digests, "ids": ids, "logits": model.transformer.forward(ids),
             "greedy": list(generate_step(model.transformer, ids, max_tokens=GREEDY)),
             "generate": model.generate(ids, max_tokens=GREEDY).token_ids, "chat": chat.text}

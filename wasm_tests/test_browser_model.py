@@ -17,7 +17,7 @@ QUERY = "pyodide=017&numpy=1"
 def test_smollm2_in_pyodide_017_matches_native(open_page, native, kernels):
     """With the shell's WebAssembly SIMD matmul (the default) and with numpy's kernels."""
     session = open_page(QUERY + "&kernels=" + kernels)
-    info = session.call("apr.load('models/smollm2.gguf')")
+    info = session.call("apr.load('models/smollm2.gguf', {kvType: 'f32'})")
     assert (info["arch"], info["layers"], info["vocab"]) == ("llama", 30, 49152)
     assert info["kernels"] == {"simd": "wasm-simd", "numpy": "numpy"}[kernels]
 

@@ -25,8 +25,8 @@ MODELS = {"qwen": "qwen2.5-coder-0.5b", "gemma": "gemma3-270m"}
 
 def _native_reference(path):
     from apr_core.runtime.generate import generate_step
-    from apr_core.runtime.engine import Engine
-    model = Engine.open(path).model     # as the page's engine: its KV type
+    from apr_core.runtime.text_model import TextModel
+    model = TextModel.load(path)        # float32 KV: the page loads with kvType "f32"
     ids = model.prompt_ids(PROMPT)
     return {"ids": ids, "logits": model.transformer.forward(ids),
             "greedy": list(generate_step(model.transformer, ids, max_tokens=GREEDY))}
@@ -106,7 +106,7 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
     session = profile_page(QUERY + "&threads={}".format(threads))
     assert session.call("() => apr.boot({})")["threads"] == threads   # the page is isolated
     before = settled_rss(session)
-    info = session.call("(url) => apr.load(url)", "models/" + name)
+    info = session.call("(url) => apr.load(url, {kvType: 'f32'})", "models/" + name)
     assert info["kernels"] == "wasm-simd", info
     # every weight was placed in the kernels' memory, at its file size: nothing dequantized
     assert info["placed_bytes"] > 0.9 * os.path.getsize(path), info
@@ -127,7 +127,7 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
         assert after <= held - 0.8 * size, (held, after, size)
 
     # loaded again (from the cache): every logit of the prompt against native
-    session.call("(url) => apr.load(url)", "models/" + name)
+    session.call("(url) => apr.load(url, {kvType: 'f32'})", "models/" + name)
     got = session.call("(ids) => apr.logits(ids)", native["ids"])
     logits = np.frombuffer(base64.b64decode(got["f32"]), "<f4").reshape(got["shape"])
     assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE

@@ -59,7 +59,7 @@ def wasi(tmp_path_factory, smollm2_path):
 
 def test_edge_worker_generates_like_native_under_wasi(wasi, native, smollm2_path):
     request = {"model": "/model/" + os.path.basename(smollm2_path), "ids": native["ids"],
-               "max_tokens": GREEDY, "logits": True}
+               "max_tokens": GREEDY, "logits": True, "kv_type": "f32"}
     response = wasi(["/app/edge_worker.py"], json.dumps(request).encode())
     assert response["token_ids"] == native["generate"]
     shape = response["logits"]["shape"]

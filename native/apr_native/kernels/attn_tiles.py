@@ -96,6 +96,19 @@ def _group_sum(a, r):
     return a
 
 
+@njit(inline="always", cache=True)
+def _fma8(arr, o, step, r, x, a0, a1, a2, a3, a4, a5, a6, a7):
+    """`a_j + lanes(arr at o + j step) * x` for j < 8 (`_lanes_of`): the register tile of
+    the packed kernels (8 independent FMA chains)."""
+    return (vfma(_lanes_of(arr, o, r), x, a0), vfma(_lanes_of(arr, o + step, r), x, a1),
+            vfma(_lanes_of(arr, o + 2 * step, r), x, a2),
+            vfma(_lanes_of(arr, o + 3 * step, r), x, a3),
+            vfma(_lanes_of(arr, o + 4 * step, r), x, a4),
+            vfma(_lanes_of(arr, o + 5 * step, r), x, a5),
+            vfma(_lanes_of(arr, o + 6 * step, r), x, a6),
+            vfma(_lanes_of(arr, o + 7 * step, r), x, a7))
+
+
 @njit(cache=True)
 def scores_packed(qt, kb, s, hd, nb, r):
     """MP == 16, lanes (m, x) = m r + x holding feature x mod r of query vector m (module
@@ -106,16 +119,8 @@ def scores_packed(qt, kb, s, hd, nb, r):
         a4, a5, a6, a7 = vzero(), vzero(), vzero(), vzero()
         k = b0 * hd
         for c in range(hd // r):
-            q = vload(qt, c * 16)
-            o = k + c * r
-            a0 = vfma(_lanes_of(kb, o, r), q, a0)
-            a1 = vfma(_lanes_of(kb, o + hd, r), q, a1)
-            a2 = vfma(_lanes_of(kb, o + 2 * hd, r), q, a2)
-            a3 = vfma(_lanes_of(kb, o + 3 * hd, r), q, a3)
-            a4 = vfma(_lanes_of(kb, o + 4 * hd, r), q, a4)
-            a5 = vfma(_lanes_of(kb, o + 5 * hd, r), q, a5)
-            a6 = vfma(_lanes_of(kb, o + 6 * hd, r), q, a6)
-            a7 = vfma(_lanes_of(kb, o + 7 * hd, r), q, a7)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _fma8(kb, k + c * r, hd, r, vload(qt, c * 16),
+                                                   a0, a1, a2, a3, a4, a5, a6, a7)
         o = b0 * 16
         vstore(s, o, _group_sum(a0, r))
         vstore(s, o + 16, _group_sum(a1, r))
@@ -173,16 +178,8 @@ def values_packed(vb, s, ot, hd, nb, r):
         a4, a5, a6, a7 = (vload(ot, o + 64), vload(ot, o + 80), vload(ot, o + 96),
                           vload(ot, o + 112))
         for b in range(nb):
-            p = vload(s, b * 16)
-            v = b * hd + c0 * r
-            a0 = vfma(_lanes_of(vb, v, r), p, a0)
-            a1 = vfma(_lanes_of(vb, v + r, r), p, a1)
-            a2 = vfma(_lanes_of(vb, v + 2 * r, r), p, a2)
-            a3 = vfma(_lanes_of(vb, v + 3 * r, r), p, a3)
-            a4 = vfma(_lanes_of(vb, v + 4 * r, r), p, a4)
-            a5 = vfma(_lanes_of(vb, v + 5 * r, r), p, a5)
-            a6 = vfma(_lanes_of(vb, v + 6 * r, r), p, a6)
-            a7 = vfma(_lanes_of(vb, v + 7 * r, r), p, a7)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _fma8(vb, b * hd + c0 * r, r, r, vload(s, b * 16),
+                                                   a0, a1, a2, a3, a4, a5, a6, a7)
         vstore(ot, o, a0)
         vstore(ot, o + 16, a1)
         vstore(ot, o + 32, a2)
