@@ -11,6 +11,17 @@ dimension (apr_core.dtypes' Q8_0 / Q4_0 layouts). A position's data never shares
 block with another position, so zeroing a rejected speculative row restores the cache
 byte for byte, and the paged pool can hand out positions in any block size.
 Quantizing and dequantizing go through apr_core.quant (the one copy of each kernel).
+
+Quantized rows are rotated first: each run of 32 values (one ggml block) is multiplied by
+the 32 x 32 Walsh-Hadamard matrix H (entries +-1, H H = 32 I; `rotate`), and decoding
+multiplies by H / 32 (a power of two: exact). A key with a few large channels (Qwen2.5's
+K biases put some near 150) makes one Q8_0 scale coarse for the 31 other values of its
+block; rotated, its energy is spread over the block and every value gets a fine step
+(measured on Qwen2.5-Coder-0.5B, 4,096 tokens: q8_0 perplexity +1.9% over f16 unrotated,
++0.6% rotated; llama.cpp, unrotated, +2.0%). Attention can work on the rotated rows
+directly: q . (H y / 32) = (H q / 32) . y, and a sum of rotated values rotates back once
+(the numba kernel rotates q and its output instead of each key, `decode(rotated=True)`
+gives the rows as stored).
 """
 from __future__ import annotations
 
@@ -89,28 +100,51 @@ def kind_of(cache: Any, head_dim: int) -> str:
                    shape=tuple(cache.shape), head_dim=head_dim)
 
 
+ROTATION = 32              # values per rotated run (the quantized types' block size)
+
+
+def rotate(values: Any) -> Any:
+    """float32 `[..., n]` (n a multiple of 32) with each run of 32 multiplied by the
+    Walsh-Hadamard matrix H: butterflies of stride h = 1, 2, 4, 8, 16, each pair (a, b)
+    at j, j + h becoming (a + b, a - b) in float32 (the numba store does the same
+    operations in the same order, so their bytes agree)."""
+    import numpy as np
+    x = np.ascontiguousarray(values, np.float32)
+    y = x.reshape(-1, ROTATION)                                     # [runs, 32]
+    h = 1
+    while h < ROTATION:
+        y = y.reshape(-1, ROTATION // (2 * h), 2, h)                # [runs, groups, 2, h]
+        a, b = y[:, :, 0, :], y[:, :, 1, :]
+        y = np.stack([a + b, a - b], axis=2)
+        h *= 2
+    return y.reshape(x.shape)
+
+
 def encode(name: str, values: Any) -> Any:
-    """float32 `[..., hd]` -> stored rows `[..., row_width]` of type `name`."""
+    """float32 `[..., hd]` -> stored rows `[..., row_width]` of type `name` (quantized
+    types: of the rotated values, module docstring)."""
     hd = values.shape[-1]
     kind = get(name, hd)
     if kind.block is None:
         return values.astype(kind.storage)
     import numpy as np
     from ..quant.api import quantize
-    raw = np.frombuffer(quantize(values, kind.block), np.uint8)
+    raw = np.frombuffer(quantize(rotate(values), kind.block), np.uint8)
     return raw.reshape(values.shape[:-1] + (row_bytes(name, hd),))
 
 
-def decode(name: str, rows: Any, head_dim: int) -> Any:
-    """Stored rows `[..., row_width]` of type `name` -> float32 `[..., head_dim]`."""
+def decode(name: str, rows: Any, head_dim: int, rotated: bool = False) -> Any:
+    """Stored rows `[..., row_width]` of type `name` -> float32 `[..., head_dim]`
+    (quantized types: rotated back, or as stored with `rotated`)."""
     import numpy as np
     kind = get(name, head_dim)
     if kind.block is None:
         return rows.astype(np.float32)
     from ..quant.api import dequantize
     shape = rows.shape[:-1] + (head_dim,)
-    return np.asarray(dequantize(np.ascontiguousarray(rows), kind.block, shape),
-                      np.float32).reshape(shape)
+    values = np.asarray(dequantize(np.ascontiguousarray(rows), kind.block, shape),
+                        np.float32).reshape(shape)
+    return values if rotated else rotate(values) * np.float32(1.0 / ROTATION)
 
 
 def store(cache: Any, head_dim: int, slots, values: Any) -> None:
@@ -125,5 +159,6 @@ def load(cache: Any, head_dim: int, slots) -> Any:
     return decode(kind_of(cache, head_dim), cache[:, slots], head_dim)
 
 
-__all__ = ["KVType", "TYPES", "NAMES", "DEFAULT", "get", "row_bytes", "row_width",
-           "token_bytes", "allocate", "kind_of", "encode", "decode", "store", "load"]
+__all__ = ["KVType", "TYPES", "NAMES", "DEFAULT", "ROTATION", "get", "row_bytes",
+           "row_width", "token_bytes", "allocate", "kind_of", "rotate", "encode", "decode",
+           "store", "load"]

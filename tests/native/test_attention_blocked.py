@@ -12,6 +12,17 @@ blocks of the kernel, s_j the exact scaled scores, m their max, p_j the exact so
   V sum run over L terms in float32 (L u each), the final division 1 u;
 - reference: probabilities rounded to float32 (u) and a float32 V sum (L u).
 Together: |got - ref| <= sum_j p_j |v_j| (e^(2D) - 1 + u |s_j - m| + (3 L + 4 n_b + 8) u).
+
+Quantized caches hold y = H x per run of 32 (H the Walsh-Hadamard matrix, H H = 32 I); the
+reference decodes k = fl(H y) / 32, the kernel instead dots y with q' = fl(H q) / 32 and
+rotates its output sum o' of the stored values w back, fl(H o') / 32. A 5-level butterfly
+of 32 terms errs by at most 5u times the sum of their magnitudes, so with runs B,
+Y_j = sum_B |scale q_B|_1 |y_jB|_1 / 32 and W_jB = |w_jB|_1 / 32:
+- scores: |s^_j - s_j| <= D = (hd + 14) u max_j Y_j (the FMA chain over |q'_i y_i| <= the
+  runs' products / 32, q's butterfly 5u, the reference's 5u, two roundings of q');
+- output element d of run B: each stored feature's error (the bound above, with |w_jd'|
+  for |v_j|) reaches d through H / 32, and both sides' butterflies add 5u each:
+  |got - ref| <= sum_j p_j W_jB (e^(2D) - 1 + u |s_j - m| + (3 L + 4 n_b + 8) u + 10.5 u).
 """
 import numpy as np
 import pytest
@@ -56,6 +67,47 @@ def blocked_bound(q, k, v, q_pos, scale, window):
         gap = np.where(ok, np.abs(s - m), 0)
         per_key = (np.expm1(2 * d) + (3 * visible + 4 * blocks + 8) * U)[:, None] + U * gap
         out[:, h] = (pr * per_key) @ vd[kv]
+    return out.reshape(t_count, heads * hd)
+
+
+def hadamard():
+    """The 32 x 32 Walsh-Hadamard matrix (float64), Sylvester's order (kv_types.rotate)."""
+    h = np.ones((1, 1))
+    while h.shape[0] < kv_types.ROTATION:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def rotated_bound(q, ky, wy, q_pos, scale, window):
+    """The module docstring's bound for quantized caches, `[T, H * hd]`, from the stored
+    (rotated) keys and values `ky, wy [n_kv, L, hd]` (`kv_types.decode(rotated=True)`)."""
+    t_count, heads, hd = q.shape
+    n_kv, n_keys, _ = ky.shape
+    runs = hd // kv_types.ROTATION
+    hd_matrix = np.kron(np.eye(runs), hadamard()) / kv_types.ROTATION   # [hd, hd]
+    kd = ky.astype(np.float64) @ hd_matrix                            # exact H y / 32
+    run_abs = lambda a: np.abs(a).reshape(a.shape[:-1] + (runs, -1)).sum(-1)   # noqa: E731
+    ky_runs, wy_runs = run_abs(ky.astype(np.float64)), run_abs(wy.astype(np.float64))
+    out = np.empty((t_count, heads, hd))
+    j = np.arange(n_keys)[None, :]
+    p = np.asarray(q_pos)[:, None]
+    ok = (j <= p) & ((window == 0) | (p - j < max(window, 1)))
+    visible = ok.sum(axis=1)
+    blocks = visible // KB + 2
+    for h in range(heads):
+        kv = h // (heads // n_kv)
+        qs = q[:, h].astype(np.float64) * scale                       # [T, hd]
+        s = np.where(ok, qs @ kd[kv].T, -np.inf)                      # [T, L]
+        big = run_abs(qs) @ ky_runs[kv].T / kv_types.ROTATION         # [T, L]  Y_j
+        d = (hd + 14) * U * np.where(ok, big, 0).max(axis=1)          # [T]
+        m = s.max(axis=1, keepdims=True)
+        e = np.exp(s - m)
+        pr = e / e.sum(axis=1, keepdims=True)                          # [T, L]
+        gap = np.where(ok, np.abs(s - m), 0)
+        per_key = (np.expm1(2 * d) + (3 * visible + 4 * blocks + 8 + 10.5) * U)[:, None] \
+            + U * gap
+        per_run = (pr * per_key) @ wy_runs[kv] / kv_types.ROTATION     # [T, runs]
+        out[:, h] = np.repeat(per_run, kv_types.ROTATION, axis=1)
     return out.reshape(t_count, heads * hd)
 
 
@@ -110,9 +162,14 @@ def test_blocked_kernel_on_quantized_caches(kind, tokens, n_keys, window, pool_t
     q_pos = np.arange(n_keys - tokens, n_keys)
     ref = fused.cached_attention(q, k, v, n_keys, q_pos, hd ** -0.5, window)
     got = cpu_fused.attention(q, k, v, n_keys, q_pos, hd ** -0.5, window)
-    kd = kv_types.load(k, hd, slice(0, n_keys))
-    vd = kv_types.load(v, hd, slice(0, n_keys))
-    bound = blocked_bound(q, kd, vd, q_pos, hd ** -0.5, window)
+    if kind == "f16":
+        kd = kv_types.load(k, hd, slice(0, n_keys))
+        vd = kv_types.load(v, hd, slice(0, n_keys))
+        bound = blocked_bound(q, kd, vd, q_pos, hd ** -0.5, window)
+    else:                                         # rotated rows: the kernel never unrotates
+        ky = kv_types.decode(kind, k[:, :n_keys], hd, rotated=True)
+        wy = kv_types.decode(kind, v[:, :n_keys], hd, rotated=True)
+        bound = rotated_bound(q, ky, wy, q_pos, hd ** -0.5, window)
     assert (np.abs(got.astype(np.float64) - ref) <= bound).all()
 
 
@@ -181,7 +238,7 @@ def test_kv_store_and_load_bit_exact(kind, hd):
     rows = ours_k.view(np.uint8).reshape(n_kv * 16, -1)
     got = np.empty(n_kv * 16 * hd, np.float32)
     _decode_rows(kind_code(ours_k, hd), rows, hd, got)
-    ref = kv_types.load(ours_k, hd, slice(0, 16)).reshape(-1)
+    ref = kv_types.decode(kind, ours_k, hd, rotated=True).reshape(-1)      # as stored
     assert got.tobytes() == ref.tobytes()
     if kind != "f32":       # a lossy type: it does round
         assert not np.array_equal(kv_types.load(ours_k, hd, slice(3, 12)),

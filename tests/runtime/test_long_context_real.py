@@ -77,13 +77,13 @@ def llama_cpp_perplexity(path, ids, n_ctx, bos, kv_type):
 
 
 @pytest.mark.oracle
-def test_q8_0_kv_perplexity_cost_matches_llama_cpp(qwen_gguf):
-    """q8_0 KV against f16 KV, apr and llama.cpp on the same 4,096 ids. Measured on this
-    README: apr f16 55.07, q8_0 56.13 (+1.9%); llama.cpp f16 55.11, q8_0 56.23 (+2.0%).
-    Qwen2.5's keys have a few channels near 150 (its K biases), so a Q8_0 block holding one
-    quantizes the rest of its 32 values in steps of ~1.2: the brief's 1% does not hold for
-    this model in either runtime. What holds: apr's f16 perplexity is within 1% of
-    llama.cpp's, and q8_0 costs apr no more than it costs llama.cpp (+0.5 points)."""
+def test_q8_0_kv_perplexity_within_1_percent_of_f16(qwen_gguf):
+    """q8_0 KV against f16 KV, apr and llama.cpp on the same 4,096 ids. Qwen2.5's keys have
+    a few channels near 150 (its K biases): a Q8_0 block holding one quantizes the rest of
+    its 32 values in steps of ~1.2, which cost llama.cpp +2.0% perplexity (apr too, +1.9%,
+    before its quantized rows were rotated: apr_core.model.kv_types). Rotated, the cost is
+    within the 1% the issue asks for, and below llama.cpp's; apr's f16 perplexity is within
+    1% of llama.cpp's."""
     engine = load(qwen_gguf, "f16", ctx=4096)
     with open(README, encoding="utf-8") as f:
         ids = engine.model.tokenizer.encode(f.read())
@@ -99,5 +99,6 @@ def test_q8_0_kv_perplexity_cost_matches_llama_cpp(qwen_gguf):
     print("apr", ours, "llama.cpp", theirs)
     assert 1.0 < ours["f16"] < 100.0                    # the model reads the text
     assert abs(ours["f16"] / theirs["f16"] - 1.0) < 0.01
-    assert ours["q8_0"] / ours["f16"] <= theirs["q8_0"] / theirs["f16"] + 0.005
+    assert abs(ours["q8_0"] / ours["f16"] - 1.0) < 0.01
+    assert ours["q8_0"] / ours["f16"] <= theirs["q8_0"] / theirs["f16"]
     assert ours["q8_0"] != ours["f16"]                  # the cache type did change

@@ -28,7 +28,7 @@ from apr_core.model import fused
 from . import cpu, pool
 from .cpu_attention import (R_TILE, contiguous_tables, describe, lanes, merge_parts, plan,
                             run_items)
-from .kv_rows import as_bytes, encode_row, kind_code
+from .kv_rows import KV_Q4_0, KV_Q8_0, QK, as_bytes, encode_row, kind_code, rotate_rows
 from .fastexp import silu_mul_inplace
 
 F32 = np.float32
@@ -160,6 +160,10 @@ def attention_into(ctl, task, fargs, q, k_bytes, v_bytes, kind, n_keys, tables, 
     `kind`; row t's blocks `tables[t]`, `block` slots each): the items of
     `cpu_attention.plan` as a `pool` task of up to `chunks` chunks, or on the calling
     thread when `chunks` is 0 (`attention_chunks`)."""
+    rotated = kind == KV_Q8_0 or kind == KV_Q4_0   # rows hold H x (`kv_rows`): so do q, out
+    if rotated:
+        q = q.copy()                                        # [T, H, hd], C order
+        rotate_rows(q, np.float32(1.0 / QK))               # (H q / 32) . (H k) = q . k
     group = q.shape[1] // k_bytes.shape[0]
     items, n_parts = plan(q_pos, tables, k_bytes.shape[0], n_keys, window, chunks // 2)
     mp = lanes(group, min(q.shape[0], R_TILE))
@@ -174,6 +178,8 @@ def attention_into(ctl, task, fargs, q, k_bytes, v_bytes, kind, n_keys, tables, 
                   np.float32(scale), items, parts, mp, 0, items.shape[0])
     if n_parts:
         merge_parts(items, parts, out, group, mp)
+    if rotated:
+        rotate_rows(out, np.float32(1.0 / QK))             # sum p H v = H (sum p v)
 
 
 def attention_chunks(workers: pool.Pool, queries: int, n_keys: int) -> int:

@@ -6,7 +6,10 @@ code, so one compiled kernel serves every `--kv-type` (a branch per row). One po
 one KV head is one self-contained row: `head_dim` float32, float16, or `head_dim / 32`
 ggml blocks (Q8_0: f16 d, 32 int8; Q4_0: f16 d, 16 bytes of nibbles). Encoding is
 byte-identical to apr_core's quantizers (ggml's `quantize_row_*_ref`) for finite values;
-decoding equals apr_core's dequantizers bit for bit (tests/native/test_kv_types.py).
+decoding equals apr_core's dequantizers bit for bit (tests/native/test_attention_blocked.py).
+Quantized rows hold Walsh-Hadamard-rotated values (apr_core.model.kv_types): `encode_row`
+rotates before quantizing; `decode_row` gives the rows as stored, and the attention kernel
+rotates its queries and output instead (`rotate_rows`).
 """
 from __future__ import annotations
 
@@ -95,9 +98,33 @@ def _q4_0_block(x, o, w, wo):
         w[wo + 2 + j] = np.uint8((lo & np.int32(15)) | ((hi & np.int32(15)) << np.int32(4)))
 
 
+@njit(inline="always", cache=True)
+def rotate_run(x, o):
+    """`x[o : o + 32]` times the Walsh-Hadamard matrix, in place: apr_core's
+    `kv_types.rotate`, the same float32 operations in the same order."""
+    h = 1
+    while h < QK:
+        for i in range(0, QK, 2 * h):
+            for j in range(o + i, o + i + h):
+                a, b = x[j], x[j + h]
+                x[j], x[j + h] = a + b, a - b
+        h *= 2
+
+
+@njit(cache=True)
+def rotate_rows(x, factor):
+    """Every run of 32 of a contiguous float32 array rotated, then times `factor`."""
+    flat = x.reshape(-1)
+    for o in range(0, flat.shape[0], QK):
+        rotate_run(flat, o)
+        for j in range(o, o + QK):
+            flat[j] *= factor
+
+
 @njit(cache=True)
 def encode_row(kind, x, w, wo):
-    """float32 `x [hd]` stored as a row of `kind` at byte `wo` of `w`."""
+    """float32 `x [hd]` stored as a row of `kind` at byte `wo` of `w` (quantized kinds:
+    rotated first, as apr_core's `kv_types.encode`)."""
     hd = x.shape[0]
     if kind == KV_F32:
         for i in range(hd):
@@ -105,13 +132,15 @@ def encode_row(kind, x, w, wo):
     elif kind == KV_F16:
         for i in range(hd):
             put_u16_b(w, wo + 2 * i, f16_bits(x[i]))
-    elif kind == KV_Q8_0:
-        for c in range(hd // QK):
-            _q8_0_block(x, QK * c, w, wo + Q8_0_BYTES * c)
     else:
+        y = x.copy()
         for c in range(hd // QK):
-            _q4_0_block(x, QK * c, w, wo + Q4_0_BYTES * c)
+            rotate_run(y, QK * c)
+            if kind == KV_Q8_0:
+                _q8_0_block(y, QK * c, w, wo + Q8_0_BYTES * c)
+            else:
+                _q4_0_block(y, QK * c, w, wo + Q4_0_BYTES * c)
 
 
 __all__ = ["KV_F32", "KV_F16", "KV_Q8_0", "KV_Q4_0", "kind_code", "as_bytes", "decode_row",
-           "encode_row"]
+           "encode_row", "rotate_run", "rotate_rows"]
