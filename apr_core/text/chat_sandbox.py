@@ -10,7 +10,11 @@ and on top of that every render gets one `Budget`:
   the output; every intermediate string, list, dict (`~`, `+`, `*`, `%`, call and filter
   results) must itself stay within the output limit; integers within `MAX_INT_BITS`;
   size arguments (`center`, `ljust`, `batch`, ...) within the output limit;
-- time: a wall-clock cap, checked at every counted step, as the last guard.
+- time: a wall-clock cap, checked at every counted step, as the last guard;
+- depth: calls nested at most `MAX_CALL_DEPTH` deep (a macro calling itself forever), far
+  below the interpreter's recursion limit: a RecursionError unwinding through jinja2's
+  generators can recurse again in their clean-up, which Python 3.8 ends with a fatal
+  "stack overflow" abort instead of an exception.
 
 Exceeding a limit raises `AprError(E008)` naming the limit. The output limit grows with
 the conversation (`OUTPUT_PER_INPUT` characters of output per character of input), so a
@@ -51,10 +55,15 @@ class Limits(NamedTuple):
 DEFAULT_LIMITS = Limits()
 
 
-class Budget:
-    """What one render has used; `step`, `output` and `value` raise E008 past a limit."""
+MAX_CALL_DEPTH = 48        # nested template calls (each costs jinja2 several frames)
 
-    __slots__ = ("limits", "iterations", "written", "max_output", "started", "deadline")
+
+class Budget:
+    """What one render has used; `step`, `output`, `value` and `enter` raise E008 past a
+    limit."""
+
+    __slots__ = ("limits", "iterations", "written", "max_output", "started", "deadline",
+                 "depth")
 
     def __init__(self, limits: Limits, input_chars: int = 0) -> None:
         self.limits = limits
@@ -63,6 +72,7 @@ class Budget:
         self.max_output = limits.output + OUTPUT_PER_INPUT * max(input_chars, 0)
         self.started = time.monotonic()
         self.deadline = self.started + limits.seconds
+        self.depth = 0                 # calls now running inside one another
 
     def _exceeded(self, limit: str, message: str, **context: Any) -> AprError:
         return AprError(ErrorCode.MEMORY, "chat template exceeded its {} limit: {}".format(
@@ -76,6 +86,13 @@ class Budget:
         if time.monotonic() > self.deadline:
             raise self._exceeded("time", "rendering took over {} s".format(
                 self.limits.seconds), seconds=self.limits.seconds)
+
+    def enter(self) -> None:
+        """One call deeper (the caller leaves with `depth -= 1`)."""
+        if self.depth >= MAX_CALL_DEPTH:
+            raise self._exceeded("recursion", "calls nested over {} deep".format(
+                MAX_CALL_DEPTH), depth=MAX_CALL_DEPTH)
+        self.depth += 1
 
     def output(self, chars: int) -> None:
         self.written += chars
@@ -348,7 +365,11 @@ def _make_environment() -> Any:
             budget.step()
             if getattr(__obj, "__name__", None) in _SIZE_ARGUMENT_CALLS:
                 budget.size_arguments(args, kwargs)
-            return budget.value(super().call(__context, __obj, *args, **kwargs))
+            budget.enter()
+            try:
+                return budget.value(super().call(__context, __obj, *args, **kwargs))
+            finally:
+                budget.depth -= 1
 
     env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
                              extensions=[Generation, loopcontrols])
@@ -360,4 +381,4 @@ def _make_environment() -> Any:
 
 
 __all__ = ["Limits", "DEFAULT_LIMITS", "Budget", "environment", "render_bounded",
-           "guard_filter", "MAX_TEMPLATE_CHARS"]
+           "guard_filter", "MAX_TEMPLATE_CHARS", "MAX_CALL_DEPTH"]

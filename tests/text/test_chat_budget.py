@@ -63,6 +63,22 @@ def test_time_limit_is_the_last_guard():
     assert time.perf_counter() - start < 1.0
 
 
+def test_call_depth_is_bounded_below_the_interpreters_recursion_limit():
+    """A macro calling itself is stopped by the budget's call depth, never by a
+    RecursionError (whose unwinding through jinja2's generators Python 3.8 can turn into a
+    fatal abort); honest nesting up to the limit renders."""
+    from apr_core.text.chat_sandbox import MAX_CALL_DEPTH
+    deep = "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}x{% endmacro %}{{ f(N) }}"
+    assert render_chat(USER, deep.replace("N", str(MAX_CALL_DEPTH - 1))) == "x" * MAX_CALL_DEPTH
+    err = _limit_of(deep.replace("N", str(MAX_CALL_DEPTH)))
+    assert err.code is ErrorCode.MEMORY and err.context["limit"] == "recursion"
+    assert err.context["depth"] == MAX_CALL_DEPTH
+    # the budget, not the interpreter (a RecursionError has no depth), stops a macro
+    # calling itself
+    err = _limit_of("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}")
+    assert err.context["limit"] == "recursion" and err.context["depth"] == MAX_CALL_DEPTH
+
+
 HOSTILE = {
     "nested loops": ("{% for a in range(100000) %}{% for b in range(100000) %}"
                      "{% for c in range(100000) %}{% endfor %}{% endfor %}{% endfor %}", "E008"),
