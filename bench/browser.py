@@ -86,18 +86,20 @@ class Side:
                 "prefill_runs_s": self.prefill}
 
 
-def open_apr(browser, server, threads: int, pages: list) -> Side:
+def open_apr(browser, server, threads: int, pages: list, kernels: str = "simd") -> Side:
     page = browser.new_page()
     page.set_default_timeout(1_800_000)
-    page.goto(server.url("/index.html?pyodide=017&numpy=1&kernels=simd&threads={}".format(threads)))
+    page.goto(server.url("/index.html?pyodide=017&numpy=1&kernels={}&threads={}".format(
+        kernels, threads)))
     page.wait_for_function("document.body.dataset.runtime")
     before = settle(pages + [page])
     start = time.perf_counter()
     info = page.evaluate("apr.load('models/model.gguf')")
     load_s = time.perf_counter() - start
     pages.append(page)
-    threads_used = page.evaluate("apr.boot({})")["threads"]
-    return Side("apr ({} threads, {})".format(threads_used, info["kernels"]), page, load_s,
+    runtime = page.evaluate("apr.boot({})")
+    return Side("apr ({} threads, {} {})".format(runtime["threads"], info["kernels"],
+                                                runtime["precision"]), page, load_s,
                 settle(pages) - before)
 
 

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from wasm_shared import GREEDY, PROMPT, QUESTION, require
+from wasm_shared import GREEDY, PROMPT, QUESTION, llama_cpp_logits, require, top2_gaps
 
 if sys.version_info < (3, 10):  # the Python 3.8 run covers apr_core only
     collect_ignore_glob = ["test_*.py"]
@@ -114,9 +114,11 @@ def _native_reference(smollm2_path):
     engine_model = Engine.open(smollm2_path).model      # as the page's engine: f16 KV
     chat = engine_model.generate(engine_model.chat_ids(
         [{"role": "user", "content": QUESTION}]), max_tokens=96)
+    greedy = list(generate_step(model.transformer, ids, max_tokens=GREEDY))
     return {"digests": digests, "ids": ids, "logits": model.transformer.forward(ids),
-            "greedy": list(generate_step(model.transformer, ids, max_tokens=GREEDY)),
-            "generate": model.generate(ids, max_tokens=GREEDY).token_ids, "chat": chat.text}
+            "greedy": greedy, "gaps": top2_gaps(model.transformer, ids, greedy),
+            "generate": model.generate(ids, max_tokens=GREEDY).token_ids, "chat": chat.text,
+            "llama_cpp": llama_cpp_logits(smollm2_path, ids)}
 
 
 @pytest.fixture(scope="session")

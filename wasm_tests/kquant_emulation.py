@@ -1,5 +1,5 @@
-"""The float32 arithmetic of the shell's block kernels (web/src/kernels/matmul_k.c) replayed in
-numpy, from the GGUF block layouts as ggml's reference `dequantize_row_*` loops read them (not
+"""The float32 arithmetic of the shell's block kernels (web/src/kernels/matmul_k.c, exact, and
+matmul_r.c, relaxed SIMD over int8 activations) replayed in numpy, from the GGUF block layouts as ggml's reference `dequantize_row_*` loops read them (not
 from the kernel): integer codes, per-sub-block scales and mins, then the kernel's steps in its
 order. wasm_tests/test_kquant_kernel.py holds the kernel to this bit for bit, and this to
 gguf-py's dequantization within a derived bound.
@@ -142,19 +142,40 @@ def dequantized(data, name, shape):
     return w.reshape(shape)
 
 
-def emulate(data, name, shape, x):
-    """The kernel's float32 steps: y `[T, rows]`."""
+def int8_activations(x):
+    """matmul_r.c's quantize_x8: x `[T, cols]` -> qx `[T, nb, 32]` (integers -127..127, as
+    float64), dx = max|x| / 127 `[T, nb]` and the sums of the rounded x, f32(sum qx) * dx,
+    `[T, nb, 2]` over columns 0..15 and 16..31 and `[T, nb]` over all 32 (float32)."""
+    xb = x.reshape(x.shape[0], -1, 32)
+    amax = np.abs(xb).max(axis=2)
+    inv = np.zeros_like(amax)
+    np.divide(f32(127), amax, out=inv, where=amax > 0)
+    qx = np.rint(xb * inv[..., None])                                # float32, then nearest
+    dx = amax / f32(127)
+    isum = qx.reshape(qx.shape[0], -1, 2, 16).sum(axis=3)             # exact integers
+    halves = isum.astype(f32) * dx[..., None]
+    total = isum.sum(axis=2).astype(f32) * dx
+    return qx.astype(np.float64), dx, halves, total
+
+
+def emulate(data, name, shape, x, relaxed=False):
+    """The kernel's float32 steps: y `[T, rows]` (matmul_k.c; matmul_r.c with `relaxed`)."""
     codes, scale, mins = codes_and_scales(data, name, shape)
     rows, nb, _ = codes.shape
     sub = scale.shape[-1]
-    xh, xl, dx, total = split_activations(x)                               # [T, nb, 32] ...
     tokens = x.shape[0]
     part = lambda a: a.reshape(a.shape[0], nb, sub, 32 // sub).astype(np.int64)  # noqa: E731
-    ih = np.einsum("rbsk,tbsk->trbs", part(codes), part(xh)).astype(f32)   # exact integers
-    il = np.einsum("rbsk,tbsk->trbs", part(codes), part(xl)).astype(f32)
-    s = ih + il * f32(2.0 ** -15)                                          # [T, rows, nb, sub]
-    sums = total[..., None] if sub == 1 else \
-        np.add.accumulate(x.reshape(tokens, nb, 2, 16), axis=3, dtype=f32)[..., -1]
+    if relaxed:   # the mins meet the rounded x's sums
+        qx, dx, halves, total = int8_activations(x)                        # [T, nb, 32] ...
+        s = np.einsum("rbsk,tbsk->trbs", part(codes), part(qx)).astype(f32)  # exact integers
+        sums = total[..., None] if sub == 1 else halves
+    else:
+        xh, xl, dx, total = split_activations(x)                           # [T, nb, 32] ...
+        ih = np.einsum("rbsk,tbsk->trbs", part(codes), part(xh)).astype(f32)  # exact integers
+        il = np.einsum("rbsk,tbsk->trbs", part(codes), part(xl)).astype(f32)
+        s = ih + il * f32(2.0 ** -15)                                      # [T, rows, nb, sub]
+        sums = total[..., None] if sub == 1 else \
+            np.add.accumulate(x.reshape(tokens, nb, 2, 16), axis=3, dtype=f32)[..., -1]
     acc = np.zeros((tokens, rows), f32)
     macc = np.zeros((tokens, rows), f32)
     for b in range(nb):

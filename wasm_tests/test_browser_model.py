@@ -7,29 +7,41 @@ import os
 import numpy as np
 import pytest
 
-from wasm_shared import GREEDY, LOGIT_TOLERANCE, QUESTION
+from wasm_shared import (GREEDY, LOGIT_TOLERANCE, QUESTION, assert_greedy_ties_aside, gap_error,
+                         next_token_kl)
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 QUERY = "pyodide=017&numpy=1"
 
 
-@pytest.mark.parametrize("kernels", ["simd", "numpy"])
+@pytest.mark.parametrize("kernels", ["simd-exact", "simd", "numpy"])
 def test_smollm2_in_pyodide_017_matches_native(open_page, native, kernels):
-    """With the shell's WebAssembly SIMD matmul (the default) and with numpy's kernels."""
+    """With the shell's exact WebAssembly SIMD matmul and numpy's kernels: logits within
+    LOGIT_TOLERANCE; with the default, relaxed SIMD over int8 activations: next-token
+    distributions no further from native's than llama.cpp's (KL, every position). Greedy
+    tokens identical with each."""
     session = open_page(QUERY + "&kernels=" + kernels)
+    precision = session.call("apr.boot({})")["precision"]
+    assert precision == {"simd-exact": "exact", "simd": "relaxed", "numpy": None}[kernels]
     info = session.call("apr.load('models/smollm2.gguf', {kvType: 'f32'})")
     assert (info["arch"], info["layers"], info["vocab"]) == ("llama", 30, 49152)
-    assert info["kernels"] == {"simd": "wasm-simd", "numpy": "numpy"}[kernels]
+    assert info["kernels"] == ("numpy" if kernels == "numpy" else "wasm-simd")
 
     assert session.call("apr.dequantDigests()") == native["digests"]
 
     got = session.call("(ids) => apr.logits(ids)", native["ids"])
     logits = np.frombuffer(base64.b64decode(got["f32"]), "<f4").reshape(got["shape"])
     assert logits.shape == native["logits"].shape
-    assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE
-
     greedy = session.call("([ids, n]) => apr.greedy(ids, n)", [native["ids"], GREEDY])
-    assert greedy["tokens"] == native["greedy"]
+    if kernels == "simd":
+        ours = next_token_kl(native["logits"], logits)
+        theirs = next_token_kl(native["logits"], native["llama_cpp"])
+        assert ours.max() <= theirs.max(), (ours, theirs)
+        error = gap_error(native["logits"], logits)
+        assert_greedy_ties_aside(greedy["tokens"], native["greedy"], native["gaps"], error)
+    else:
+        assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE
+        assert greedy["tokens"] == native["greedy"]
 
 
 def artifacts_dir():
@@ -40,7 +52,10 @@ def artifacts_dir():
 
 
 def test_demo_page_chat_turn_screenshot(open_page, native):
-    session = open_page(QUERY)
+    """The demo page's chat turn, on the exact kernels so its text can equal native's (with
+    the default relaxed ones SmolLM2's first answer token, a 0.08 near-tie, flips to the
+    answer llama.cpp itself gives: "L'Étoile, la ...")."""
+    session = open_page(QUERY + "&kernels=simd-exact")
     page = session.page
     page.set_default_timeout(600_000)
     page.fill("#model-url", "models/smollm2.apr")
@@ -133,7 +148,7 @@ def test_the_kv_type_option_of_the_page_is_the_native_one(open_page, native, smo
     """`apr.load(url, {kvType})` stores the KV cache as `--kv-type` does natively: the same
     bytes per position and the same greedy tokens as native apr with that type; f16 by
     default, as natively; an unknown type is E011 before a weight is placed."""
-    session = open_page(QUERY + "&kernels=simd")
+    session = open_page(QUERY + "&kernels=simd-exact")
     default = session.call("apr.load('models/smollm2.gguf')")
     assert default["kv_type"] == "f16"
     for kv_type in ("q8_0", "q4_0"):

@@ -1,8 +1,14 @@
 """Real K-quant models in Chromium (Pyodide 0.17, the shell's block kernels): Qwen2.5-Coder-0.5B
 and Gemma-3-270M, both Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors), held at their stored size.
 
-* logits within LOGIT_TOLERANCE of native apr and GREEDY greedy tokens identical, on one
-  thread and on two (then bit for bit the same logits as on one);
+* with the exact kernels ("simd-exact"): logits within LOGIT_TOLERANCE of native apr and
+  GREEDY greedy tokens identical;
+* with the default kernels, relaxed SIMD over int8 activations ("simd"; Chromium has relaxed
+  SIMD, so the page must report it): at every position of the prompt the next-token
+  distribution no further from native apr's (KL) than llama.cpp's own, whose integer dots
+  round activations the same way, and greedy tokens identical ties aside (Qwen2.5's second
+  and third steps here are 0.08 and 0.07 apart, which int8 activations can flip);
+* both on one thread and on two (then bit for bit the same logits as on one);
 * memory, on one thread: the whole Chromium's RSS (every process Playwright started for this test session)
   grows by at most 1.5x the file size plus the KV cache its generation used while the model
   is held and generating, and `forget` gives back at least 0.8x the file's size;
@@ -16,10 +22,11 @@ import numpy as np
 import pytest
 
 from apr_native.browser_memory import chromium_rss
-from wasm_shared import GREEDY, LOGIT_TOLERANCE, PROMPT, require
+from wasm_shared import (GREEDY, LOGIT_TOLERANCE, PROMPT, assert_greedy_ties_aside, gap_error,
+                         llama_cpp_logits, next_token_kl, require, top2_gaps)
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
-QUERY = "pyodide=017&numpy=1&kernels=simd"
+QUERY = "pyodide=017&numpy=1"
 MODELS = {"qwen": "qwen2.5-coder-0.5b", "gemma": "gemma3-270m"}
 
 
@@ -28,8 +35,10 @@ def _native_reference(path):
     from apr_core.runtime.text_model import TextModel
     model = TextModel.load(path)        # float32 KV: the page loads with kvType "f32"
     ids = model.prompt_ids(PROMPT)
-    return {"ids": ids, "logits": model.transformer.forward(ids),
-            "greedy": list(generate_step(model.transformer, ids, max_tokens=GREEDY))}
+    greedy = list(generate_step(model.transformer, ids, max_tokens=GREEDY))
+    return {"ids": ids, "logits": model.transformer.forward(ids), "greedy": greedy,
+            "gaps": top2_gaps(model.transformer, ids, greedy),
+            "llama_cpp": llama_cpp_logits(path, ids)}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -94,17 +103,21 @@ def settled_rss(session, least_s=8.0, most_s=40.0):
     return min(samples[-3:])
 
 
-LOGITS = {}  # (model, threads) -> logits, to compare threads on and off bit for bit
+LOGITS = {}  # (model, kernels, threads) -> logits, to compare threads on and off bit for bit
 
 
+@pytest.mark.parametrize("kernels", ["simd-exact", "simd"], ids=["exact", "relaxed"])
 @pytest.mark.parametrize("threads", [1, 2], ids=["1-thread", "2-threads"])
-def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_model, threads):
+def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_model, threads,
+                                                         kernels):
     """Native parity on one thread and with a helper thread (rows of every quantized matmul
     split over two Workers sharing the kernels' memory); the memory bound and `forget` on
     one thread (a helper thread adds an isolate of its own, which the bound is not about)."""
     name, path, native = served_model
-    session = profile_page(QUERY + "&threads={}".format(threads))
-    assert session.call("() => apr.boot({})")["threads"] == threads   # the page is isolated
+    session = profile_page(QUERY + "&kernels={}&threads={}".format(kernels, threads))
+    runtime = session.call("() => apr.boot({})")
+    assert runtime["threads"] == threads   # the page is isolated
+    assert runtime["precision"] == ("exact" if kernels == "simd-exact" else "relaxed")
     before = settled_rss(session)
     info = session.call("(url) => apr.load(url, {kvType: 'f32'})", "models/" + name)
     assert info["kernels"] == "wasm-simd", info
@@ -112,7 +125,8 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
     assert info["placed_bytes"] > 0.9 * os.path.getsize(path), info
 
     greedy = session.call("([ids, n]) => apr.greedy(ids, n)", [native["ids"], GREEDY])
-    assert greedy["tokens"] == native["greedy"]
+    if kernels == "simd-exact":
+        assert greedy["tokens"] == native["greedy"]
     # held and used: measured before the test's own traffic (every logit of the prompt,
     # base64 through the page) adds garbage of its own
     held = settled_rss(session) - before
@@ -130,9 +144,19 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
     session.call("(url) => apr.load(url, {kvType: 'f32'})", "models/" + name)
     got = session.call("(ids) => apr.logits(ids)", native["ids"])
     logits = np.frombuffer(base64.b64decode(got["f32"]), "<f4").reshape(got["shape"])
-    assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE
-    LOGITS[name, threads] = logits
-    other = LOGITS.get((name, 3 - threads))
+    if kernels == "simd-exact":
+        assert float(np.abs(logits - native["logits"]).max()) <= LOGIT_TOLERANCE
+    else:
+        ours = next_token_kl(native["logits"], logits)
+        theirs = next_token_kl(native["logits"], native["llama_cpp"])
+        assert ours.max() <= theirs.max(), (ours, theirs)
+        error = gap_error(native["logits"], logits)
+        compared = assert_greedy_ties_aside(greedy["tokens"], native["greedy"], native["gaps"],
+                                            error)
+        print(name, "KL to native: relaxed", ours.max(), "llama.cpp", theirs.max(),
+              "gap error", error, "greedy steps compared", compared)
+    LOGITS[name, kernels, threads] = logits
+    other = LOGITS.get((name, kernels, 3 - threads))
     if other is not None:   # a row's sum is the same arithmetic whichever thread runs it
         assert np.array_equal(logits.view(np.uint32), other.view(np.uint32))
 

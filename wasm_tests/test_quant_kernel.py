@@ -1,5 +1,5 @@
-"""The shell's quantized WebAssembly SIMD matmul (web/src/kernels/matmul_k.c) on real SmolLM2
-tensors (Q4_1 projections, the Q8_0 tied embedding/LM head).
+"""The shell's quantized WebAssembly SIMD matmuls (web/src/kernels/matmul_k.c, and matmul_r.c on
+relaxed SIMD) on real SmolLM2 tensors (Q4_1 projections, the Q8_0 tied embedding/LM head).
 
 Oracles, both computed from the GGUF bytes:
 * `emulate` (kquant_emulation): the kernel's arithmetic in numpy, operation for operation in
@@ -81,12 +81,23 @@ def test_emulation_stays_within_the_derived_bound(smollm2_path, name, tokens):
 
 @pytest.fixture(scope="module")
 def kernel_page(browser, site):
-    """One Chromium page (Pyodide 0.17, the default quantized SIMD kernels) with SmolLM2's
+    """One Chromium page (Pyodide 0.17, the exact quantized SIMD kernels) with SmolLM2's
     GGUF loaded, shared by the Chromium tests below."""
     from conftest import PageSession
-    session = PageSession(browser, site, "pyodide=017&numpy=1&kernels=simd")
+    session = PageSession(browser, site, "pyodide=017&numpy=1&kernels=simd-exact")
     info = session.call("apr.load('models/smollm2.gguf')")
     assert info["kernels"] == "wasm-simd"
+    yield session
+    session.close()
+
+
+@pytest.fixture(scope="module")
+def relaxed_page(browser, site):
+    """The same with the default kernels, which are the relaxed-SIMD ones in Chromium."""
+    from conftest import PageSession
+    session = PageSession(browser, site, "pyodide=017&numpy=1&kernels=simd")
+    assert session.call("apr.boot({})")["precision"] == "relaxed"
+    session.call("apr.load('models/smollm2.gguf')")
     yield session
     session.close()
 
@@ -98,14 +109,17 @@ def kernel_in_chromium(session, name, x, quantized=True):
 
 
 @pytest.mark.real_model
+@pytest.mark.parametrize("relaxed", [False, True], ids=["exact", "relaxed"])
 @pytest.mark.parametrize("name, tokens", CASES)
-def test_chromium_kernel_equals_its_float32_emulation(kernel_page, smollm2_path, name, tokens):
+def test_chromium_kernel_equals_its_float32_emulation(request, smollm2_path, name, tokens,
+                                                      relaxed):
     """What the model runs in Chromium: the registered kernel on the model's own weight."""
+    page = request.getfixturevalue("relaxed_page" if relaxed else "kernel_page")
     data, dtype, shape = gguf_tensor(smollm2_path, name)
     x = activations(tokens, shape[1], seed=len(name) + tokens)
-    kind, got = kernel_in_chromium(kernel_page, name, x)
+    kind, got = kernel_in_chromium(page, name, x)
     assert kind == apr_webkernel.QUANTIZED[dtype.name]  # the quantized path, not float32
-    want = emulate(data, dtype.name, shape, x)
+    want = emulate(data, dtype.name, shape, x, relaxed=relaxed)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
         np.abs(got - want).max()
 

@@ -257,7 +257,8 @@ const booted = (async () => {
     runtimeInfo = await apr.boot(config);
     const threads = runtimeInfo.threads > 1 ? ` · ${runtimeInfo.threads} threads`
       : runtimeInfo.kernels === "wasm-simd" && !runtimeInfo.isolated ? " · 1 thread (page not cross-origin isolated)" : "";
-    const simd = runtimeInfo.kernels === "wasm-simd" ? " · SIMD" + threads : "";
+    const simd = runtimeInfo.kernels === "wasm-simd"
+      ? (runtimeInfo.precision === "relaxed" ? " · relaxed SIMD" : " · SIMD") + threads : "";
     const gpu = runtimeInfo.gpu ? ` · WebGPU ${runtimeInfo.gpu}` : "";
     $("runtime").textContent = `Python ${runtimeInfo.python}${runtimeInfo.numpy ? " · numpy" : ""}${simd}${gpu} · Pyodide ${runtimeInfo.flavor === "017" ? "0.17" : "314"}`;
     $("runtime").title = runtimeInfo.gpu ? "Python runtime; WebGPU adapter" : `Python runtime; no WebGPU: ${runtimeInfo.gpuReason}`;

@@ -16,14 +16,20 @@ every numpy call costs tens of microseconds however small its array. So:
 * Calls pass only integers: x, y and the other arrays stay numpy arrays in Pyodide's memory,
   which the shell reads and writes by address.
 
-Accuracy of the quantized matmul (kernels/quantize_x.wat, matmul_k.c): each 32-column block of x is scaled
-by dx = max|x| / 32767 and split into two int16 terms, x ~ dx * (xh + xl / 32768), that meet
-the weights' integer codes in `i32x4.dot_i16x8_s`. The integer dots are exact; what remains
-is the split's residual (< dx * 2^-16, about float32's own precision) and float32 rounding
-of the per-block sums. One int16 term alone (the cheaper choice, as apr_native's numba kernel
-does) moves SmolLM2's logits by up to 1.8e-2 (max abs, "The capital of France is"); with the
-split the whole browser path (these kernels and the fused kinds) stays 6.8e-5 from native,
-like numpy's own kernels in the browser (7.1e-5), at the cost of a second dot per pair.
+Accuracy of the quantized matmuls. The exact kernels (kernels/quantize_x.wat, matmul_k.c):
+each 32-column block of x is scaled by dx = max|x| / 32767 and split into two int16 terms,
+x ~ dx * (xh + xl / 32768), that meet the weights' integer codes in `i32x4.dot_i16x8_s`. The
+integer dots are exact; what remains is the split's residual (< dx * 2^-16, about float32's
+own precision) and float32 rounding of the per-block sums. One int16 term alone (as
+apr_native's numba kernel does) moves SmolLM2's logits by up to 1.8e-2 (max abs, "The
+capital of France is"); with the split the whole browser path (these kernels and the fused
+kinds) stays 6.8e-5 from native, like numpy's own kernels in the browser (7.1e-5).
+The relaxed-SIMD kernels (matmul_r.c, the default where the browser has relaxed SIMD) round
+x to int8 per block as llama.cpp does (dx = max|x| / 127) and take one
+`i32x4.relaxed_dot_i8x16_i7x16_add_s` per 16 columns: 1.3-1.8x the exact kernels' decode
+speed, with llama.cpp's accuracy (next-token KL to native below llama.cpp's own on the
+real models; max logit difference ~0.4-1.2, so near-ties can flip). The page's
+`kernels=simd-exact` keeps the exact ones.
 """
 from __future__ import annotations
 

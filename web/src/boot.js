@@ -20,7 +20,8 @@ export const DEFAULTS = Object.freeze({
     "src/apr_webplace.py", "src/apr_webgpu.py",
     "src/apr_webhub.py"],
   hfEndpoint: null,               // the Hub for hf:// references; null: https://huggingface.co
-  kernels: "simd",                // "simd": WebAssembly SIMD matmul behind apr_core's registry
+  kernels: "simd",                // "simd": WebAssembly SIMD matmuls behind apr_core's registry
+                                  // (relaxed SIMD where the browser has it); "simd-exact"
 });
 
 /**

@@ -1,9 +1,10 @@
 /**
  * A helper thread of the shell's quantized matmuls (simd_kernel.js, KernelThreads): a Web
- * Worker that instantiates matmul_k over the kernels' shared WebAssembly memory and computes
- * its share of every weight's rows for each job the Pyodide worker posts there.
+ * Worker that instantiates the block kernel (matmul_k, or matmul_r on relaxed SIMD) over the
+ * kernels' shared WebAssembly memory and computes its share of every weight's rows for each
+ * job the Pyodide worker posts there.
  *
- * Protocol: one message `{module, memory, control, index, threads}` at start; after that,
+ * Protocol: one message `{module, entry, memory, control, index, threads}` at start; after that,
  * only the control block (Int32Array in the shared memory, layout in kernel_jobs.js):
  * the Pyodide worker bumps GENERATION, this thread runs the job and decrements PENDING,
  * waking the Pyodide worker when it reaches 0.
@@ -11,8 +12,8 @@
 import { JOB, rowShare, waitForChange } from "./kernel_jobs.js";
 
 self.onmessage = ({ data }) => {
-  const { module, memory, control, index, threads } = data;
-  const matmul = new WebAssembly.Instance(module, { env: { memory } }).exports.matmul_k;
+  const { module, entry, memory, control, index, threads } = data;
+  const matmul = new WebAssembly.Instance(module, { env: { memory } }).exports[entry];
   const c = new Int32Array(memory.buffer, control, JOB.INTS);
   Atomics.store(c, JOB.READY + index, 1);
   let seen = Atomics.load(c, JOB.GENERATION);

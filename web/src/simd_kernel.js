@@ -4,6 +4,10 @@
  *  - kernels/matmul_k.c: matmuls straight over GGUF blocks as stored (Q4_0, Q4_1, Q5_0, Q5_1,
  *    Q8_0, Q2_K ... Q6_K), so a weight is held once, at its file size;
  *  - kernels/quantize_x.wat: the activation split those kernels read (quantize_x);
+ *  - kernels/matmul_r.c: the same matmuls on relaxed SIMD over int8 activations (its own
+ *    quantize_x8), about twice as fast, with llama.cpp's activation rounding instead of the
+ *    exact kernels' (~1e-3 of float32 per dot instead of ~1e-7): used where the browser has
+ *    relaxed SIMD, unless the page asks for `exact`;
  *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once).
  * All three import one memory created here (shared, with helper threads, where the page is
  * cross-origin isolated). Weights are placed in that memory once (apr_webplace streams a model's blocks there
@@ -13,6 +17,7 @@
 import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as quantSource from "./kernels/quantize_x.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
+import * as relaxedSource from "./kernels/matmul_r.wasm.js";
 import { attention, rmsNormAdd, ropeStore, siluMul } from "./kernels/fused.js";
 import { JOB, rowShare } from "./kernel_jobs.js";
 
@@ -24,6 +29,9 @@ const SHARED_PAGES = 65535;
 /** Where the threads' control block lives: page 0, above the C kernels' 16 KiB stack. */
 const CONTROL = PAGE - 4096;
 const align = (n) => (n + 15) & ~15;
+/** Two cache lines (the unit the hardware prefetches in pairs), and `n` rounded up to them. */
+const LINES = 128;
+const lines = (n) => (n + LINES - 1) & ~(LINES - 1);
 const decode = (base64) => Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
 /** Kind codes of apr_webkernel.QUANTIZED (0: float32); 5 is Q2_K, whose mins need sums16. */
 const KIND_F32 = 0;
@@ -34,13 +42,16 @@ export class SimdMatmul {
    * Compile the kernels; rejects where WebAssembly SIMD is unavailable.
    * `heap()` returns a Uint8Array over the Python runtime's memory (re-read on every call:
    * it is replaced when that memory grows); weights, `x` and `y` are passed by address in it.
+   * `exact`: keep the exact kernels even where relaxed SIMD is there.
    */
-  static async create(heap, { threads = 1 } = {}) {
+  static async create(heap, { threads = 1, exact = false } = {}) {
     const isolated = typeof SharedArrayBuffer !== "undefined" && globalThis.crossOriginIsolated === true;
     const count = isolated ? Math.max(1, Math.floor(threads) || 1) : 1;
     const key = count > 1 ? "wasmSharedBase64" : "wasmBase64";
-    const modules = await Promise.all(
-      [f32Source, quantSource, blockSource].map((source) => WebAssembly.compile(decode(source[key]))));
+    const relaxed = exact ? null : decode(relaxedSource[key]);
+    const sources = [f32Source, quantSource, blockSource].map((source) => decode(source[key]));
+    if (relaxed && WebAssembly.validate(relaxed)) sources.push(relaxed);
+    const modules = await Promise.all(sources.map((bytes) => WebAssembly.compile(bytes)));
     return new SimdMatmul(modules, heap, count, isolated);
   }
 
@@ -52,6 +63,8 @@ export class SimdMatmul {
     this.threads = threads;
     this.isolated = isolated;
     this.helpers = [];
+    /** "relaxed" (matmul_r.c over int8 activations) or "exact" (matmul_k.c). */
+    this.precision = modules[3] ? "relaxed" : "exact";
     this.reset();
   }
 
@@ -59,7 +72,7 @@ export class SimdMatmul {
    * the helper threads stop, and the old memory is left to the garbage collector. */
   reset() {
     this._stopHelpers();
-    const [f32Module, quantModule, blockModule] = this.modules;
+    const [f32Module, quantModule, blockModule, relaxedModule] = this.modules;
     const memory = this.threads > 1
       ? new WebAssembly.Memory({ initial: 2, maximum: SHARED_PAGES, shared: true })
       : new WebAssembly.Memory({ initial: 2 });
@@ -70,9 +83,15 @@ export class SimdMatmul {
     this.memory = memory;
     this.control = new Int32Array(memory.buffer, CONTROL, JOB.INTS);
     this.f32 = f32.exports.matmul;
-    this.quantizeX = quant.exports.quantize_x;
-    this.blocks = blocks.exports.matmul_k;
     this.sums16 = blocks.exports.sums16;
+    if (relaxedModule) {  // same arguments; x8 and its sums fit the split's scratch
+      const relaxed = new WebAssembly.Instance(relaxedModule, env);
+      this.quantizeX = relaxed.exports.quantize_x8;
+      this.blocks = relaxed.exports.matmul_r;
+    } else {
+      this.quantizeX = quant.exports.quantize_x;
+      this.blocks = blocks.exports.matmul_k;
+    }
     this.plans = [];
     this.top = PAGE;          // bump allocator; page 0 stays unused (the C kernels' stack)
     this.scratch = { at: 0, size: 0 };
@@ -83,8 +102,9 @@ export class SimdMatmul {
   _startHelpers() {
     for (let index = this.helpers.length + 1; index < this.threads; index++) {
       const helper = new Worker(new URL("./kernel_thread.js", import.meta.url), { type: "module" });
-      helper.postMessage({ module: this.modules[2], memory: this.memory, control: CONTROL, index,
-                           threads: this.threads });
+      const relaxed = Boolean(this.modules[3]);
+      helper.postMessage({ module: this.modules[relaxed ? 3 : 2], entry: relaxed ? "matmul_r" : "matmul_k",
+                           memory: this.memory, control: CONTROL, index, threads: this.threads });
       this.helpers.push(helper);
     }
   }
@@ -190,15 +210,17 @@ export class SimdMatmul {
     const xBytes = T * cols * 4;
     const xqBytes = quantized ? T * nb * 128 : 0;
     const scBytes = quantized ? T * nb * 8 : 0;   // sc, then the same again for sums16
-    const accBytes = quantized ? T * 16 : 0;      // acc and macc: one f32x4 per token, per thread
+    // acc and macc: one f32x4 per token, per thread, each on cache lines of its own (the
+    // kernels store them at every block: threads sharing a line slowed each other down)
+    const accBytes = quantized ? lines(T * 16) : 0;
     const yBytes = T * total * 4;
-    const need = align(xBytes) + xqBytes + 2 * scBytes + 2 * accBytes * this.threads + yBytes;
+    const need = align(xBytes) + xqBytes + 2 * scBytes + LINES + 2 * accBytes * this.threads + yBytes;
     if (need > this.scratch.size) this.scratch = { at: this._alloc(need), size: need };
     const x = this.scratch.at;
     const xq = align(x + xBytes);
     const sc = xq + xqBytes;
     const s16 = sc + scBytes;
-    const acc = s16 + scBytes;
+    const acc = lines(s16 + scBytes);
     const y = acc + 2 * accBytes * this.threads;
     new Uint8Array(this.memory.buffer, x, xBytes)
       .set(this.heap().subarray(xAddress, xAddress + xBytes));

@@ -78,6 +78,7 @@ const sync = (fn, ...args) => python("_sync", fn, ...args);
 const describeRuntime = () => ({ flavor: runtime.flavor, python: runtime.python, numpy: runtime.numpy,
   webcrypto: runtime.webcrypto, kernels: runtime.kernels, hfEndpoint: runtime.hfEndpoint,
   threads: runtime.threads || 1, isolated: Boolean(globalThis.crossOriginIsolated),
+  precision: runtime.kernels === "wasm-simd" ? runtime.precision : null,
   gpu: self.aprGpu ? self.aprGpu.adapter : null, gpuReason: self.aprGpuReason || null });
 
 /** Open the WebGPU device in its own worker (gpu_client.js); Python's apr_webgpu uses it
@@ -111,18 +112,21 @@ apr_web._sync = _sync
     runtime.hfEndpoint = runtime.py.runPython(
       "import apr_webhub, js, json\napr_webhub.configure(*json.loads(js.aprArgs))");
     runtime.kernels = "numpy";
-    const kernels = config.kernels || "simd";  // "simd-f32": every weight as float32 (the older kernel)
-    if (runtime.numpy && (kernels === "simd" || kernels === "simd-f32")) {
+    // "simd": relaxed SIMD where the browser has it, else exact; "simd-exact": the exact
+    // kernels always; "simd-f32": every weight as float32 (the older kernel)
+    const kernels = config.kernels || "simd";
+    if (runtime.numpy && ["simd", "simd-exact", "simd-f32"].includes(kernels)) {
       try {
         // The kernels read x and write y in Python's memory (Pyodide's Emscripten heap).
         if (!(runtime.py._module && runtime.py._module.HEAPU8)) throw new Error("no heap access");
         // Threads (helper Workers over a shared memory) only where the page is cross-origin
         // isolated; `threads` defaults to every core the browser reports.
         self.aprSimd = await SimdMatmul.create(() => runtime.py._module.HEAPU8,
-          { threads: config.threads || navigator.hardwareConcurrency || 1 });
+          { threads: config.threads || navigator.hardwareConcurrency || 1, exact: kernels !== "simd" });
         runtime.threads = self.aprSimd.threads;
+        runtime.precision = self.aprSimd.precision;
         runtime.isolated = self.aprSimd.isolated;
-        const quantized = kernels === "simd" ? "True" : "False";
+        const quantized = kernels === "simd-f32" ? "False" : "True";
         if (runtime.py.runPython(`import apr_webkernel; apr_webkernel.register_simd_matmul(${quantized})`)) {
           runtime.kernels = "wasm-simd";
         }
