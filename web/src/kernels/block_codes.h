@@ -272,6 +272,39 @@ INLINE void store_rows(float* y, const int at[4], v128_t out) {
   y[at[3]] = wasm_f32x4_extract_lane(out, 3);
 }
 
+/* Per kind: 16-column sub-blocks (two scales per 32 columns); w = d q + m (a min added);
+ * any min term (those, and the K-quants that subtract theirs). */
+INLINE int sixteen_columns(int kind) { return kind == Q2_K || kind == Q3_K || kind == Q6_K; }
+INLINE int adds_min(int kind) { return kind == Q4_1 || kind == Q5_1; }
+INLINE int has_mins(int kind) { return adds_min(kind) || kind == Q2_K || kind == Q4_K || kind == Q5_K; }
+
+/* A row group's outputs per token: acc + macc (Q4_1, Q5_1), acc - macc (K-quants with mins)
+ * or acc, stored in its rows of y [T, rows]. */
+INLINE void store_group(int kind, const v128_t* acc, const v128_t* macc, float* y, int rows,
+                        int T, const int at[4]) {
+  for (int t = 0; t < T; t++) {
+    v128_t out = acc[t];
+    if (adds_min(kind)) out = wasm_f32x4_add(acc[t], macc[t]);
+    else if (has_mins(kind)) out = wasm_f32x4_sub(acc[t], macc[t]);
+    store_rows(y + t * rows, at, out);
+  }
+}
+
+/* `switch (kind)` with one specialized expansion of `call(KIND)` per kind. */
+#define FOR_EACH_KIND(kind, call) \
+  switch (kind) { \
+    case Q4_0: call(Q4_0); break; \
+    case Q4_1: call(Q4_1); break; \
+    case Q8_0: call(Q8_0); break; \
+    case Q5_0: call(Q5_0); break; \
+    case Q5_1: call(Q5_1); break; \
+    case Q2_K: call(Q2_K); break; \
+    case Q3_K: call(Q3_K); break; \
+    case Q4_K: call(Q4_K); break; \
+    case Q5_K: call(Q5_K); break; \
+    default: call(Q6_K); break; \
+  }
+
 /* Bytes of one row of `cols` columns, per kind. */
 INLINE int row_bytes(int kind, int nb) {
   switch (kind) {

@@ -58,9 +58,7 @@ INLINE v128_t block_sums(const Block* k, const int16_t* xh, int from, int count)
 INLINE void rows_of(int kind, const uint8_t* w, const int16_t* xq, const float* sc,
                     const float* s16, float* y, v128_t* acc, v128_t* macc, int rows, int nb,
                     int T, int first, int last) {
-  int sixteen = kind == Q2_K || kind == Q3_K || kind == Q6_K;
-  int offset = kind == Q4_1 || kind == Q5_1;  /* w = d q + m */
-  int mins = offset || kind == Q2_K || kind == Q4_K || kind == Q5_K;
+  int sixteen = sixteen_columns(kind), mins = has_mins(kind);
   int stride = row_bytes(kind, nb);
   Block k[4];
   const uint8_t* row[4];
@@ -97,12 +95,7 @@ INLINE void rows_of(int kind, const uint8_t* w, const int16_t* xq, const float* 
         }
       }
     }
-    for (int t = 0; t < T; t++) {
-      v128_t out = acc[t];
-      if (offset) out = wasm_f32x4_add(acc[t], macc[t]);
-      else if (mins) out = wasm_f32x4_sub(acc[t], macc[t]);
-      store_rows(y + t * rows, at, out);
-    }
+    store_group(kind, acc, macc, y, rows, T, at);
   }
 }
 
@@ -112,18 +105,9 @@ INLINE void rows_of(int kind, const uint8_t* w, const int16_t* xq, const float* 
 EXPORT("matmul_k")
 void matmul_k(int kind, const uint8_t* w, const int16_t* xq, const float* sc, const float* s16,
               float* y, v128_t* acc, v128_t* macc, int rows, int nb, int T, int first, int last) {
-  switch (kind) {  /* one specialized loop per kind */
-    case Q4_0: rows_of(Q4_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q4_1: rows_of(Q4_1, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q8_0: rows_of(Q8_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q5_0: rows_of(Q5_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q5_1: rows_of(Q5_1, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q2_K: rows_of(Q2_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q3_K: rows_of(Q3_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q4_K: rows_of(Q4_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q5_K: rows_of(Q5_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    default: rows_of(Q6_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-  }
+#define ROWS(K) rows_of(K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last)
+  FOR_EACH_KIND(kind, ROWS)  /* one specialized loop per kind */
+#undef ROWS
 }
 
 /* Sums of x [T, 16 * n16] over every 16 columns, in column order, float32 -> out [T * n16]. */

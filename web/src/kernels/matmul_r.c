@@ -97,9 +97,7 @@ INLINE v128_t block_sums(int kind, const Block* k, v128_t neg[4][2], v128_t a0, 
 INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* sc,
                     const float* s16, float* y, v128_t* acc, v128_t* macc, int rows, int nb,
                     int T, int first, int last) {
-  int sixteen = kind == Q2_K || kind == Q3_K || kind == Q6_K;
-  int offset = kind == Q4_1 || kind == Q5_1;  /* w = d q + m */
-  int mins = offset || kind == Q2_K || kind == Q4_K || kind == Q5_K;
+  int sixteen = sixteen_columns(kind), mins = has_mins(kind);
   int stride = row_bytes(kind, nb);
   const int32_t* isum = (const int32_t*)(x8 + 32 * nb * T);
   Block k[4];
@@ -143,12 +141,7 @@ INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* s
         }
       }
     }
-    for (int t = 0; t < T; t++) {
-      v128_t out = acc[t];
-      if (offset) out = wasm_f32x4_add(acc[t], macc[t]);
-      else if (mins) out = wasm_f32x4_sub(acc[t], macc[t]);
-      store_rows(y + t * rows, at, out);
-    }
+    store_group(kind, acc, macc, y, rows, T, at);
   }
 }
 
@@ -159,16 +152,7 @@ INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* s
 EXPORT("matmul_r")
 void matmul_r(int kind, const uint8_t* w, const int8_t* xq, const float* sc, const float* s16,
               float* y, v128_t* acc, v128_t* macc, int rows, int nb, int T, int first, int last) {
-  switch (kind) {  /* one specialized loop per kind */
-    case Q4_0: rows_of(Q4_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q4_1: rows_of(Q4_1, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q8_0: rows_of(Q8_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q5_0: rows_of(Q5_0, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q5_1: rows_of(Q5_1, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q2_K: rows_of(Q2_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q3_K: rows_of(Q3_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q4_K: rows_of(Q4_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    case Q5_K: rows_of(Q5_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-    default: rows_of(Q6_K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last); break;
-  }
+#define ROWS(K) rows_of(K, w, xq, sc, s16, y, acc, macc, rows, nb, T, first, last)
+  FOR_EACH_KIND(kind, ROWS)  /* one specialized loop per kind */
+#undef ROWS
 }
