@@ -58,6 +58,12 @@ def rms_norm_add(x: np.ndarray, a: Optional[np.ndarray], weight: np.ndarray, eps
     return s, rms_norm(s, weight, eps)
 
 
+def rms_norm_rows(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm alone over the last axis: `[..., d] -> [..., d]` (Q/K norms per head,
+    sandwich norms after attention and MLP)."""
+    return rms_norm(x, weight, eps)
+
+
 def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
                sin: Optional[np.ndarray], dim: int, neox: bool, k_cache: np.ndarray,
                v_cache: np.ndarray, start: int) -> np.ndarray:
@@ -136,6 +142,7 @@ def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, 
 # kind -> numpy reference; THE list of fused kinds (backends override entries of it).
 KINDS = {
     "rms_norm_add": rms_norm_add,
+    "rms_norm": rms_norm_rows,
     "rope_store": rope_store,
     "attention": cached_attention,
     "matmul_glu": matmul_glu,
@@ -148,6 +155,6 @@ for _kind, _fn in KINDS.items():
     registry.register(_kind, "*")(_fn)
 
 
-__all__ = ["KINDS", "rms_norm_add", "rope_store", "cached_attention",
+__all__ = ["KINDS", "rms_norm_add", "rms_norm_rows", "rope_store", "cached_attention",
            "matmul_glu", "decoder_block", "rope_store_paged", "attention_paged",
            "sequence_slots"]

@@ -28,7 +28,7 @@ from .families import Family, Resolved, contracts, resolve_tensors
 from .fused import KINDS as _FUSED_KINDS  # noqa: F401  (registers the fused kinds' numpy references)
 from .kv_types import DEFAULT as KV_DEFAULT
 from .kv_cache import KVCache
-from .layers import ACTIVATION_FNS, Norm, Rope, rms_norm
+from .layers import ACTIVATION_FNS, Norm, Rope
 from .weights import Linear, matmul_group
 
 # Projection role -> its bias role; norm role -> its bias role (contract role names).
@@ -225,8 +225,9 @@ class Transformer:
         k = k.reshape(t, cfg.n_kv_heads, cfg.head_dim)                 # [T, n_kv, hd]
         v = v.reshape(t, cfg.n_kv_heads, cfg.head_dim)
         if block.q_norm is not None:
-            q = rms_norm(q, block.q_norm, cfg.norm_eps)
-            k = rms_norm(k, block.k_norm, cfg.norm_eps)
+            norm = self.kernels.fused("rms_norm")
+            q = norm(q, block.q_norm, cfg.norm_eps)                   # [T, H, hd]
+            k = norm(k, block.k_norm, cfg.norm_eps)                   # [T, n_kv, hd]
         kind = "sliding" if block.sliding else "full"
         rope = self.ropes.get(kind)
         cos, sin = tables[kind] if rope is not None else (None, None)  # [T, dim/2] each
@@ -236,7 +237,7 @@ class Transformer:
         a = cache.attention(block.index, q, positions, self.attn_scale, window)  # [T, q_dim]
         a = lin["o"].matmul(a)                                         # [T, d]
         if norms.get("post_attn_norm") is not None:
-            a = norms["post_attn_norm"](a)
+            a = _norm(self.kernels, norms["post_attn_norm"], a)
         x, h = _norm_add(self.kernels, norms["ffn_norm"], x, a)                      # [T, d] each
         if lin.get("gate") is not None:
             m = self.kernels.fused("matmul_glu")(lin["gate"], lin["up"], h, cfg.act)  # [T, d_ff]
@@ -244,7 +245,7 @@ class Transformer:
             m = self.act(lin["up"].matmul(h))
         m = lin["down"].matmul(m)                                      # [T, d_ff] -> [T, d]
         if norms.get("post_ffn_norm") is not None:
-            m = norms["post_ffn_norm"](m)
+            m = _norm(self.kernels, norms["post_ffn_norm"], m)
         return x + m
 
     def memory_report(self) -> Dict[str, int]:
@@ -257,6 +258,13 @@ class Transformer:
         quantized = sum(l.nbytes for l in seen.values() if l.quantized_in_memory)
         dense = sum(l.nbytes for l in seen.values() if not l.quantized_in_memory)
         return {"quantized_bytes": quantized, "dense_bytes": dense, "linears": len(seen)}
+
+
+def _norm(kernels: registry.Kernels, norm: Norm, x: np.ndarray) -> np.ndarray:
+    """`norm(x)`; an RMSNorm without bias through the kernels' fused kind "rms_norm"."""
+    if norm.kind == "rms" and norm.bias is None:
+        return kernels.fused("rms_norm")(x, norm.weight, norm.eps)
+    return norm(x)
 
 
 def _norm_add(kernels: registry.Kernels, norm: Norm, x: np.ndarray, a: Optional[np.ndarray]):

@@ -41,6 +41,7 @@ BACKEND = "wasm-simd"
 LANES = 16  # the f32 kernel sums 4 x 4 float32 lanes per step: columns a multiple of 16
 BLOCK = 32  # the quantized kernels split x in 32-column blocks
 KIND_F32 = 0
+GATES = ("silu", "gelu_tanh")  # the gated activations the shell's runGlu computes (fused.js)
 
 
 # dtype name -> kind code of the shell's quantized kernels (simd_kernel.js, matmul_k.c);
@@ -171,6 +172,12 @@ class WasmFused:
                                 float(eps), _address(s), _address(h))
         return s, h
 
+    def rms_norm(self, x: Any, weight: Any, eps: float) -> Any:
+        """RMSNorm over the last axis, `[..., d] -> [..., d]` (as rows of the kernel above)."""
+        import numpy as np
+        rows = np.ascontiguousarray(x, np.float32).reshape(-1, x.shape[-1])   # [rows, d]
+        return self.rms_norm_add(rows, None, weight, eps)[1].reshape(x.shape)
+
     def rope_store(self, q: Any, k: Any, v: Any, cos: Any, sin: Any, dim: int, neox: bool,
                    k_cache: Any, v_cache: Any, start: int) -> Any:
         """RoPE on q `[T, H, hd]` and k, k and v into the caches `[n_kv, cap, hd]`."""
@@ -208,11 +215,12 @@ class WasmFused:
         return out
 
     def matmul_glu(self, gate: Any, up: Any, x: Any, act: str) -> Any:
-        """`silu(x W_gate^T) * (x W_up^T)` -> `[T, d_ff]` in one call (SiLU, no biases)."""
+        """`act(x W_gate^T) * (x W_up^T)` -> `[T, d_ff]` in one call (SiLU or GELU-tanh, no
+        biases)."""
         import numpy as np
         from apr_core.model.fused import matmul_glu
         usable = self._matmul.usable
-        if (act != "silu" or gate.bias is not None or up.bias is not None
+        if (act not in GATES or gate.bias is not None or up.bias is not None
                 or gate.weight is not None or up.weight is not None
                 or gate.shape != up.shape or not usable(gate.dtype, gate.shape)
                 or not usable(up.dtype, up.shape)):
@@ -221,7 +229,7 @@ class WasmFused:
                                    (up.data, up.dtype, up.shape)])[0]
         x = np.ascontiguousarray(x, np.float32)                          # [T, d]
         out = np.empty((x.shape[0], gate.shape[0]), np.float32)          # [T, d_ff]
-        self._kernel.runGlu(plan, x.shape[1], x.shape[0], _address(x), _address(out))
+        self._kernel.runGlu(plan, x.shape[1], x.shape[0], _address(x), _address(out), act)
         return out
 
 
@@ -313,6 +321,9 @@ def fused_check(seed: int) -> str:
                               (mine["rms_norm_add"], reference.rms_norm_add))
         compare("norm_s" if added is not None else "norm_s_none", s1, s2)
         compare("norm_h" if added is not None else "norm_h_none", h1, h2)
+    heads = x[:, :x.shape[1] // 64 * 64].reshape(x.shape[0], -1, 64)    # [T, heads, 64]
+    compare("norm_heads", mine["rms_norm"](heads, w[:64], 1e-6),
+            reference.rms_norm_rows(heads, w[:64], 1e-6))
     for neox in (True, False):
         ours, theirs = [c.copy() for c in caches], [c.copy() for c in caches]
         q1 = mine["rope_store"](q, k, v, cos, sin, 64, neox, ours[0], ours[1], 18)
@@ -326,8 +337,10 @@ def fused_check(seed: int) -> str:
                 mine["attention"](q, caches[0], caches[1], 20, pos, 0.125, window),
                 reference.cached_attention(q, caches[0], caches[1], 20, pos, 0.125, window),
                 caches[1][:, :20])
-    compare("glu", mine["matmul_glu"](block["gate"], block["up"], x, "silu"),
-            reference.matmul_glu(block["gate"], block["up"], x, "silu"))
+    for act in GATES:
+        compare("glu" if act == "silu" else "glu_" + act,
+                mine["matmul_glu"](block["gate"], block["up"], x, act),
+                reference.matmul_glu(block["gate"], block["up"], x, act))
     return json.dumps(out)
 
 

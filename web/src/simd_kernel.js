@@ -18,7 +18,7 @@ import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as quantSource from "./kernels/quantize_x.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
-import { attention, rmsNormAdd, ropeStore, siluMul } from "./kernels/fused.js";
+import { attention, GATES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
 import { JOB, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
@@ -247,13 +247,14 @@ export class SimdMatmul {
     this.heap().set(new Uint8Array(this.memory.buffer, y, yBytes), yAddress);
   }
 
-  /** A [gate, up] plan, then `silu(gate) * up` `[T, rows]` written at `outAddress`. */
-  runGlu(planId, cols, T, xAddress, outAddress) {
+  /** A [gate, up] plan, then `act(gate) * up` `[T, rows]` written at `outAddress`; `act`
+   * is one of GATES (fused.js): "silu" or "gelu_tanh". */
+  runGlu(planId, cols, T, xAddress, outAddress, act = "silu") {
     const { y, yBytes } = this._compute(planId, cols, T, xAddress);
     const n = yBytes >> 3;
     const memory = this.memory.buffer;
-    siluMul(new Float32Array(memory, y, n), new Float32Array(memory, y + 4 * n, n),
-            new Float32Array(this.heap().buffer, outAddress, n), n);
+    GATES[act](new Float32Array(memory, y, n), new Float32Array(memory, y + 4 * n, n),
+               new Float32Array(this.heap().buffer, outAddress, n), n);
   }
 
   /** The fused per-layer kinds (kernels/fused.js) on arrays in the Python heap. */

@@ -5,6 +5,7 @@
     matmul_group        sum of stored W       4*T*(in + sum out)            -
     matmul_glu          W_gate + W_up         4*T*(in + d_ff)               -
     rms_norm_add        4*d (norm weight)     4*T*d*(2, 4 with residual)    -
+    rms_norm            4*d (norm weight)     4*R*d*2 (R rows: T, or T*heads) -
     rope_store(_paged)  -                     4*T*hd*(2H + 2n_kv) + tables  written: 2*T*n_kv*hd*b
     attention(_paged)   -                     4*T*H*hd*2 (q in, out)        read: 2*n_kv*L*hd*b
     embedding           the T rows' bytes     4*T*d (out)                   -
@@ -15,6 +16,7 @@
     matmul(_group)      2*in*out*T (out summed over a group's weights)
     matmul_glu          2*in*(2*d_ff)*T
     rms_norm_add        T*d*(4, 5 with residual)
+    rms_norm            4*R*d
     rope_store(_paged)  3*T*(H + n_kv)*rot_dim
     attention(_paged)   4*H*hd*(keys seen, summed over the T query rows)
     embedding           0 (a lookup: its decoding is not counted)
@@ -114,6 +116,12 @@ def rms_norm_add(names: WeightNames, x: np.ndarray, a: Optional[np.ndarray],
                 t * d * (5 if residual else 4))
 
 
+def rms_norm(names: WeightNames, x: np.ndarray, weight: np.ndarray, eps: float) -> Cost:
+    t, d = x.shape[0], x.shape[-1]
+    rows = int(x.size // d)
+    return Cost(None, (), t, int(weight.nbytes), F32 * rows * d * 2, 0, rows * d * 4)
+
+
 def rope_store(names: WeightNames, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                cos: Optional[np.ndarray], sin: Optional[np.ndarray], dim: int, neox: bool,
                k_cache: np.ndarray, *_: Any) -> Cost:
@@ -176,6 +184,7 @@ COSTS: Dict[str, Callable[..., Cost]] = {
     "matmul_group": matmul_group,
     "matmul_glu": matmul_glu,
     "rms_norm_add": rms_norm_add,
+    "rms_norm": rms_norm,
     "rope_store": rope_store,
     "rope_store_paged": rope_store,
     "attention": attention,

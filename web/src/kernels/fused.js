@@ -112,3 +112,20 @@ export function siluMul(G, U, O, n) {
     O[i] = fr(fr(g / (1 + Math.exp(-g))) * U[i]);
   }
 }
+
+const GELU_C = fr(Math.sqrt(2 / Math.PI));
+const GELU_K = fr(0.044715);
+
+/** out = gelu_tanh(g) * u over `n` float32 values, step for step as apr_core's float32
+ * `gelu_tanh` (layers.py): inner = c (x + k x x x), 0.5 x (1 + tanh(inner)), each product
+ * and sum rounded to float32 (tanh in float64, then rounded). */
+export function geluTanhMul(G, U, O, n) {
+  for (let i = 0; i < n; i++) {
+    const x = G[i];
+    const inner = fr(GELU_C * fr(x + fr(fr(fr(GELU_K * x) * x) * x)));
+    O[i] = fr(fr(fr(0.5 * x) * fr(1 + fr(Math.tanh(inner)))) * U[i]);
+  }
+}
+
+/** The gated activations `runGlu` takes, by apr_core's name. */
+export const GATES = { silu: siluMul, gelu_tanh: geluTanhMul };
