@@ -11,8 +11,9 @@ every numpy call costs tens of microseconds however small its array. So:
   streams the file's size, not float32's. Other types (F16, BF16, IQ*) are dequantized once
   to float32 (`matmul_f32.wat`).
 * The fused per-layer kinds of apr_core.model.fused (`WasmFused`: residual + RMSNorm,
-  RoPE + KV store, decode attention, the SiLU gate) run as plain loops in the shell
-  (kernels/fused.js), one call each instead of dozens of numpy calls per layer.
+  RMSNorm alone, RoPE + KV store, decode attention, the SiLU / GELU-tanh gate) run as plain
+  loops in the shell (kernels/fused.js), one call each instead of dozens of numpy calls per
+  layer.
 * Calls pass only integers: x, y and the other arrays stay numpy arrays in Pyodide's memory,
   which the shell reads and writes by address.
 
@@ -154,7 +155,7 @@ class WasmMatmul:
 class WasmFused:
     """apr_core's fused per-layer kinds (apr_core/model/fused.py) on the shell's loops
     (kernels/fused.js), which work on the numpy arrays in place by address. Cases they do
-    not handle (non-SiLU gates, biases, odd layouts) go to the numpy references."""
+    not handle (other gates, biases, odd layouts) go to the numpy references."""
 
     def __init__(self, kernel: Any, matmul: WasmMatmul) -> None:
         self._kernel = kernel
