@@ -5,11 +5,11 @@
  *    Q8_0, Q2_K ... Q6_K), so a weight is held once, at its file size;
  *  - kernels/quantize_x.wat: the activation split those kernels read (quantize_x);
  *  - kernels/matmul_r.c: the same matmuls on relaxed SIMD over int8 activations (its own
- *    quantize_x8), about twice as fast, with llama.cpp's activation rounding instead of the
- *    exact kernels' (~1e-3 of float32 per dot instead of ~1e-7): used where the browser has
- *    relaxed SIMD, unless the page asks for `exact`;
+ *    quantize_x8; 1.2-3.5x the exact kernels' speed per call in Chromium), rounding x as
+ *    llama.cpp does (to 1/254 of its 32-column block's largest value, where the exact split
+ *    keeps ~2^-31): used where the browser has relaxed SIMD, unless the page asks for `exact`;
  *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once).
- * All three import one memory created here (shared, with helper threads, where the page is
+ * All of them import one memory created here (shared, with helper threads, where the page is
  * cross-origin isolated). Weights are placed in that memory once (apr_webplace streams a model's blocks there
  * straight from the cache or the network); each call copies `x` in and `y` out of the Python
  * runtime's memory by address. `reset()` drops the memory (a forgotten model's weights).

@@ -52,7 +52,6 @@ INLINE void set_codes(Block* k, v128_t lo, v128_t hi, int off) {
 INLINE uint32_t load_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 INLINE uint32_t load_u32(const uint8_t* p) { return load_u16(p) | (load_u16(p + 2) << 16); }
 
-
 /* Bits 0..15 (half 0) or 16..31 (half 1) of `bits`, one per byte, as 0 or `value`. */
 INLINE v128_t bit_bytes(uint32_t bits, int part, uint8_t value) {
   v128_t spread = wasm_i8x16_swizzle(
