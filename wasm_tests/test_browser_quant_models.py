@@ -137,6 +137,12 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
 
     assert session.call("(url) => apr.forget(url)", "models/" + name)["forgotten"]
     after = settled_rss(session) - before
+    # V8 returns a dropped WebAssembly.Memory's pages when its collector gets to the buffer,
+    # which a loaded machine can leave for a later cycle than the first settled samples
+    for _ in range(3):
+        if threads != 1 or after <= held - 0.8 * size:
+            break
+        after = settled_rss(session) - before
     if threads == 1:
         assert after <= held - 0.8 * size, (held, after, size)
 

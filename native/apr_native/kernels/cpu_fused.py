@@ -15,6 +15,9 @@ Accuracy against the numpy reference:
   its bound against the reference's float64 scores is in that module).
 - matmul_glu: the matvec's bound (cpu.py) through SiLU, whose float32 exp differs from
   numpy's by ~1 ulp.
+- rms_norm (alone: Q/K norms per head, sandwich norms): the numpy reference itself; these
+  are a few thousand values per token, where a compiled loop gains nothing, and the
+  one-call layer (cpu_block) leaves models with them to the kinds, so they stay exact.
 """
 from __future__ import annotations
 
@@ -251,6 +254,7 @@ def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
 # kind -> numba version (registered by apr_native.backends for backend "numba").
 KERNELS = {
     "rms_norm_add": rms_norm_add,
+    "rms_norm": fused.rms_norm_rows,
     "rope_store": rope_store,
     "attention": attention,
     "matmul_glu": matmul_glu,
