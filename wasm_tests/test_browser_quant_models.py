@@ -9,7 +9,8 @@ and Gemma-3-270M, both Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 tensors), held at their
   round activations the same way, and greedy tokens identical ties aside (Qwen2.5's second
   and third steps here are 0.08 and 0.07 apart, which int8 activations can flip);
 * both on one thread and on two (then bit for bit the same logits as on one);
-* memory, on one thread: the whole Chromium's RSS (every process Playwright started for this test session)
+* memory, on one thread: the whole Chromium's RSS (every process of the test's own browser:
+  browser, GPU, utility, renderer and worker processes)
   grows by at most 1.5x the file size plus the KV cache its generation used while the model
   is held and generating, and `forget` gives back at least 0.8x the file's size;
 * a model larger than the kernels' memory can hold is refused with E008 naming the sizes.
@@ -21,7 +22,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from apr_native.browser_memory import chromium_rss
+from apr_native.browser_memory import browser_pids, browser_roots, chromium_rss
 from wasm_shared import (GREEDY, LOGIT_TOLERANCE, PROMPT, assert_greedy_ties_aside, gap_error,
                          llama_cpp_logits, next_token_kl, require, top2_gaps)
 
@@ -70,9 +71,14 @@ def profile_page(browser, site, tmp_path):
     class ProfileSession(PageSession):
         def __init__(self, query):
             self.site, self.query, self.log = site, query, []
+            before = browser_pids()
             self.context = browser.browser_type.launch_persistent_context(
                 str(tmp_path / "profile"), executable_path=shutil.which("chromium"),
                 args=CHROMIUM_FLAGS, viewport={"width": 1200, "height": 900})
+            # this test's own Chromium: under xdist the worker's other browsers (pages of
+            # other test modules, a closing profile) rise and fall during a measurement
+            self.roots = browser_roots(before)
+            assert self.roots, "the profile's Chromium process was not found"
             self.page = self.context.pages[0] if self.context.pages else self.context.new_page()
             self.open()
 
@@ -91,12 +97,12 @@ def settled_rss(session, least_s=8.0, most_s=40.0):
     import time
     session.call("() => apr.collectGarbage()")
     time.sleep(least_s)
-    samples = [chromium_rss()]
+    samples = [chromium_rss(session.roots)]
     deadline = time.monotonic() + most_s - least_s
     while time.monotonic() < deadline:
         session.call("() => apr.collectGarbage()")
         time.sleep(1.0)
-        samples.append(chromium_rss())
+        samples.append(chromium_rss(session.roots))
         last = samples[-3:]
         if len(last) == 3 and max(last) - min(last) <= 0.01 * min(last):
             break
