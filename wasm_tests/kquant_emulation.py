@@ -1,8 +1,9 @@
 """The float32 arithmetic of the shell's block kernels (web/src/kernels/matmul_k.c, exact, and
-matmul_r.c, relaxed SIMD over int8 activations) replayed in numpy, from the GGUF block layouts as ggml's reference `dequantize_row_*` loops read them (not
-from the kernel): integer codes, per-sub-block scales and mins, then the kernel's steps in its
-order. wasm_tests/test_kquant_kernel.py holds the kernel to this bit for bit, and this to
-gguf-py's dequantization within a derived bound.
+matmul_r.c, relaxed SIMD over int8 activations) replayed in numpy, from the GGUF block
+layouts as ggml's reference `dequantize_row_*` loops read them (not from the kernel):
+integer codes, per-sub-block scales and mins, then the kernel's steps in its order.
+wasm_tests/test_kquant_kernel.py holds the kernel to this bit for bit, and this to gguf-py's
+dequantization within a derived bound.
 """
 import numpy as np
 

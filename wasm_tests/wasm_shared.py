@@ -74,10 +74,9 @@ def assert_greedy_ties_aside(got, want, gaps, error):
     gap is under `error` (`gap_error` measured on the prompt: the most the kernels moved a
     gap among the leading candidates), which that error can flip; after a flip the
     histories differ, so nothing after it is compared. The first step must be compared."""
-    limit = error
-    assert gaps[0] >= limit, ("the first step is a near-tie", gaps[0], error)
+    assert gaps[0] >= error, ("the first step is a near-tie", gaps[0], error)
     for step, (mine, theirs, gap) in enumerate(zip(got, want, gaps)):
-        if gap < limit:
+        if gap < error:
             return step
         assert mine == theirs, (step, got, want, gaps, error)
     return len(want)

@@ -7,6 +7,7 @@ in `transformer.py` is the same for every backend. Every kind is keyed by dtype 
 
     kind           signature                                              result
     rms_norm_add   (x [T,d], a [T,d] | None, weight [d], eps)              (s, h) each [T,d]
+    rms_norm       (x [..., d], weight [d], eps)                          [..., d]
     rope_store     (q [T,H,hd], k [T,n_kv,hd], v [T,n_kv,hd],              q_rot [T,H,hd]
                     cos [T,dim/2] | None, sin [T,dim/2] | None, dim, neox,
                     k_cache [n_kv,cap,hd], v_cache [n_kv,cap,hd], start)
@@ -21,6 +22,7 @@ in `transformer.py` is the same for every backend. Every kind is keyed by dtype 
                     block, q_pos [T], scale, window)
 
 - rms_norm_add: `s = x + a` (`x` itself when `a` is None), `h = rms_norm(s) * weight`.
+- rms_norm: RMSNorm alone over the last axis (Q/K norms per head, sandwich norms).
 - rope_store: rotate the first `dim` features of every q and k head (neox: feature i pairs
   with i + dim/2, else 2i with 2i + 1), store rotated k and v at cache positions
   `start .. start+T-1`, return rotated q. `cos` None: no rotation (learned positions).
@@ -56,12 +58,6 @@ def rms_norm_add(x: np.ndarray, a: Optional[np.ndarray], weight: np.ndarray, eps
     """Residual add then RMSNorm: `(x + a, rms_norm(x + a) * weight)`, `[T, d]` each."""
     s = x if a is None else x + a                                   # [T, d]
     return s, rms_norm(s, weight, eps)
-
-
-def rms_norm_rows(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """RMSNorm alone over the last axis: `[..., d] -> [..., d]` (Q/K norms per head,
-    sandwich norms after attention and MLP)."""
-    return rms_norm(x, weight, eps)
 
 
 def rope_store(q: np.ndarray, k: np.ndarray, v: np.ndarray, cos: Optional[np.ndarray],
@@ -142,7 +138,7 @@ def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, 
 # kind -> numpy reference; THE list of fused kinds (backends override entries of it).
 KINDS = {
     "rms_norm_add": rms_norm_add,
-    "rms_norm": rms_norm_rows,
+    "rms_norm": rms_norm,
     "rope_store": rope_store,
     "attention": cached_attention,
     "matmul_glu": matmul_glu,
@@ -155,6 +151,6 @@ for _kind, _fn in KINDS.items():
     registry.register(_kind, "*")(_fn)
 
 
-__all__ = ["KINDS", "rms_norm_add", "rms_norm_rows", "rope_store", "cached_attention",
+__all__ = ["KINDS", "rms_norm_add", "rope_store", "cached_attention",
            "matmul_glu", "decoder_block", "rope_store_paged", "attention_paged",
            "sequence_slots"]

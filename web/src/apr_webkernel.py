@@ -324,7 +324,7 @@ def fused_check(seed: int) -> str:
         compare("norm_h" if added is not None else "norm_h_none", h1, h2)
     heads = x[:, :x.shape[1] // 64 * 64].reshape(x.shape[0], -1, 64)    # [T, heads, 64]
     compare("norm_heads", mine["rms_norm"](heads, w[:64], 1e-6),
-            reference.rms_norm_rows(heads, w[:64], 1e-6))
+            reference.KINDS["rms_norm"](heads, w[:64], 1e-6))
     for neox in (True, False):
         ours, theirs = [c.copy() for c in caches], [c.copy() for c in caches]
         q1 = mine["rope_store"](q, k, v, cos, sin, 64, neox, ours[0], ours[1], 18)

@@ -254,7 +254,7 @@ def matmul_glu(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
 # kind -> numba version (registered by apr_native.backends for backend "numba").
 KERNELS = {
     "rms_norm_add": rms_norm_add,
-    "rms_norm": fused.rms_norm_rows,
+    "rms_norm": fused.KINDS["rms_norm"],
     "rope_store": rope_store,
     "attention": attention,
     "matmul_glu": matmul_glu,
