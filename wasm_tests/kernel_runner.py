@@ -22,8 +22,8 @@ def _binary(name):
 
 @pytest.fixture(scope="module")
 def kernels():
-    """quantize_x, matmul_k and the relaxed-SIMD matmul_r under wasmtime, over one memory as
-    in the shell."""
+    """matmul_k (with its quantize_x) and the relaxed-SIMD matmul_r under wasmtime, over one
+    memory as in the shell."""
     try:
         import wasmtime
     except ImportError:
@@ -34,14 +34,14 @@ def kernels():
     memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(1, None)))
     exports = [wasmtime.Instance(store, wasmtime.Module(store.engine, _binary(name)),
                                  [memory]).exports(store)
-               for name in ("quantize_x", "matmul_k", "matmul_r")]
+               for name in ("matmul_k", "matmul_r")]
     return (store, memory) + tuple(exports)
 
 
 def run_kernel(kernels, data, name, shape, x, first=0, last=None, relaxed=False):
     """y `[T, rows]` from the wasm kernel, matmul_k or with `relaxed` matmul_r (rows
     [first, last) only; others stay NaN)."""
-    store, memory, quant, blocks, relaxed_blocks = kernels
+    store, memory, blocks, relaxed_blocks = kernels
     kind = LAYOUT[name][0]
     tokens, cols = x.shape
     rows, nb = shape[0], cols // 32
@@ -60,7 +60,7 @@ def run_kernel(kernels, data, name, shape, x, first=0, last=None, relaxed=False)
     if relaxed:
         relaxed_blocks["quantize_x8"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
     else:
-        quant["quantize_x"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
+        blocks["quantize_x"](store, layout["x"], nb, tokens, layout["xq"], layout["sc"])
     blocks["sums16"](store, layout["x"], 2 * nb, tokens, layout["s16"])
     matmul = relaxed_blocks["matmul_r"] if relaxed else blocks["matmul_k"]
     matmul(store, kind, layout["w"], layout["xq"], layout["sc"], layout["s16"],

@@ -1,6 +1,6 @@
 """The activation side shared by the block kernels' float32 replays (test_quant_kernel.py,
 kquant_emulation.py): activation-like inputs and the kernel's split of x into two int16 terms
-(quantize_x of web/src/kernels/quantize_x.wat), step by step in float32."""
+(quantize_x of web/src/kernels/matmul_k.c), step by step in float32."""
 import numpy as np
 
 

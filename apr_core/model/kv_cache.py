@@ -3,8 +3,9 @@
 Keys are cached *after* RoPE (seed 004 §3, F-REALIZE-003), so a decode step rotates only
 its own new key. Layout per layer is `[n_kv_heads, capacity, row]`, one row per KV head
 and position in the cache's KV type (`kv_types`: f32, f16, q8_0, q4_0; `--kv-type`):
-attention reads one contiguous slab per KV head. The arrays are allocated once with
-`np.zeros`, which the OS backs lazily, so an unused tail of the capacity costs nothing.
+attention reads one contiguous slab per KV head. The arrays are allocated once
+(`kv_types.allocate`: zeroed pages the OS backs lazily), so an unused tail of the capacity
+costs nothing.
 """
 from __future__ import annotations
 

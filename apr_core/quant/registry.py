@@ -10,7 +10,7 @@ process-wide preference: two models in one process may run on different backends
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from ..errors import AprError, ErrorCode
 
@@ -47,6 +47,16 @@ class Kernels:
     def lookup(self, kind: str, dtype_name: str) -> Kernel:
         # looked up per call (two dict reads), so kernels registered later are seen
         return _pick(kind, dtype_name, self._order)
+
+    def upgrade(self, prompt_tokens: Optional[int] = None) -> None:
+        """Switch to the backend's fast kernels if it started on quick-to-load ones (the
+        engine calls this before a prompt of `prompt_tokens`, and with None before the
+        first decode step). Nothing to do here."""
+
+    def become(self, other: "Kernels") -> None:
+        """Run on `other`'s kernels from now on (every weight holding this object)."""
+        self.backend, self.uniform_rows, self._order = (other.backend, other.uniform_rows,
+                                                        other._order)
 
     def fused(self, kind: str) -> Kernel:
         """This backend's implementation of fused kind `kind` (apr_core.model.fused)."""

@@ -40,7 +40,7 @@ DEFAULT_KV_TYPE = "f16"
 
 @dataclass(frozen=True)
 class EngineOptions:
-    backend: Optional[str] = None        # numpy | numba | cuda | auto; None: $APR_BACKEND
+    backend: Optional[str] = None        # numpy | simd | numba | cuda | webgpu | auto; None: $APR_BACKEND
     dequantize: bool = False             # weights to float32 at load
     mmap: bool = True                    # map the file instead of reading it
     max_batch: int = DEFAULT_MAX_BATCH   # sequences decoded together
@@ -144,17 +144,23 @@ class Engine:
         """Run `request` to its end on the calling thread, yielding its events (the
         scheduler must not be driven by another thread meanwhile)."""
         scheduler = self.scheduler
+        kernels = self.transformer.kernels
         out: List[Any] = []
         state = scheduler.submit(request, out.append)
+        kernels.upgrade(len(request.prompt_ids))     # a quick-start backend: long prompts
+        decoding = False
         try:
             while True:
                 while out:
                     event = out.pop(0)
                     if isinstance(event, ErrorEvent):
                         raise event.error
+                    decoding = decoding or isinstance(event, TokenEvent)
                     yield event
                 if state.done or not scheduler.has_work():
                     return
+                if decoding:
+                    kernels.upgrade()                # ... and every decode step
                 scheduler.step()
         finally:
             if not state.done:

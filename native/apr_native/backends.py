@@ -2,7 +2,7 @@
 
     from apr_native import backends
     kernels = backends.select()          # "auto": APR_BACKEND if set, else the fastest
-    kernels = backends.select("numba")   # or name one: numpy | numba | cuda | webgpu
+    kernels = backends.select("numba")   # or name one: numpy | simd | numba | cuda | webgpu
     model = TextModel.load(path, kernels=kernels)
 
 `select` registers the backend's "matmul" kernels (one per block type it implements),
@@ -13,6 +13,8 @@ is the model's, never process-wide: two models in one process may use different 
 Model code is shared by every backend and never copied; weight types a backend lacks fall
 back to numpy's kernel.
 
+"simd" (never automatic, but where `apr run` / `apr chat` start: `quick_start`) runs the
+browser's exact block kernels built natively (`apr_native.simd`) and numpy's fused kinds.
 "webgpu" (never automatic) runs the whole forward pass on a WebGPU device (`apr_native.gpu`;
 the CPU backend when there is no adapter, with the reason logged).
 "cuda" is automatic only with a real device (`numba.cuda.is_available()`); it runs the
@@ -30,7 +32,7 @@ from typing import Dict, List, Optional
 from apr_core.errors import AprError, ErrorCode
 from apr_core.quant import registry
 
-NAMES = ("numpy", "numba", "cuda", "webgpu")
+NAMES = ("numpy", "simd", "numba", "cuda", "webgpu")
 ENV = "APR_BACKEND"
 THREADS_ENV = "APR_THREADS"
 CUDA_EMULATE_ENV = "APR_CUDA_EMULATE"
@@ -122,16 +124,36 @@ def _register_cuda() -> None:
     registry.register("attention", "*", backend="cuda")(kernels.KERNELS["attention"])
 
 
-_REGISTER = {"numba": _register_numba, "cuda": _register_cuda}
+def _register_simd() -> None:
+    from .simd.build import library
+    from .simd.kernels import BACKEND, SimdMatmul
+    from apr_core.quant.block_kinds import BLOCK_KINDS
+    path = library()
+    if path is None:
+        raise AprError(ErrorCode.UNSUPPORTED, "backend simd needs a C compiler (pip install "
+                       "ziglang, or a cc on PATH) to build its kernels once")
+    kernels = SimdMatmul(path, threads())
+    for name in BLOCK_KINDS:
+        registry.register("matmul", name, backend=BACKEND)(kernels)
+    registry.register("matmul_group", "*", backend=BACKEND)(kernels.group)
 
 
-def select(name: Optional[str] = None) -> registry.Kernels:
+_REGISTER = {"numba": _register_numba, "cuda": _register_cuda, "simd": _register_simd}
+
+
+def select(name: Optional[str] = None, quick_start: bool = False) -> registry.Kernels:
     """The kernels of `name` (or $APR_BACKEND, or the best available); `.backend` names it.
+    `quick_start` (one-shot commands: `apr run`, `apr chat`): with neither named, kernels
+    that start on "simd" and switch to numba before decoding (`simd.quick_start`).
 
     AprError(ARGUMENT) for an unknown name, AprError(UNSUPPORTED) when the named backend
     cannot run here (numba not installed, no CUDA device).
     """
     wanted = (name or os.environ.get(ENV) or "auto").strip().lower()
+    if wanted == "auto" and quick_start:
+        quick = _quick_start()
+        if quick is not None:
+            return quick
     if wanted == "auto":
         wanted = available()[0]
     if wanted == "webgpu":       # the whole model on a WebGPU device, else the best CPU one
@@ -154,10 +176,34 @@ def select(name: Optional[str] = None) -> registry.Kernels:
         _registered[wanted] = mode
     if wanted == "numba":
         from .kernels import pool
-        from .kernels.cpu import DOT_MAX_TOKENS
+        from .numba_rows import UNIFORM_ROWS
         pool.prestart()          # its workers load their code while the model loads
-        return registry.Kernels(wanted, uniform_rows=DOT_MAX_TOKENS + 1)
+        return registry.Kernels(wanted, uniform_rows=UNIFORM_ROWS)
     return registry.Kernels(wanted)
+
+
+def _quick_start() -> Optional[registry.Kernels]:
+    """`QuickStartKernels` (simd, then numba) when numba would be chosen and the simd
+    library is built; None otherwise (a missing library is built in the background for
+    the next start, never while this one waits)."""
+    if os.environ.get(ENV) or not _numba_importable() or _cuda_driver_present():
+        return None
+    from .simd.build import build_in_background, library
+    if library(build=False) is None:
+        build_in_background()
+        return None
+    from .numba_rows import UNIFORM_ROWS
+    from .simd.quick_start import QuickStartKernels
+    if "simd" not in _registered:
+        _register_simd()
+        _registered["simd"] = "native"
+    return QuickStartKernels(lambda: select("numba"), UNIFORM_ROWS)
+
+
+def _numba_importable() -> bool:
+    """Whether numba is installed, without importing it (~0.2 s)."""
+    import importlib.util
+    return "numba" in sys.modules or importlib.util.find_spec("numba") is not None
 
 
 __all__ = ["select", "available", "threads", "NAMES", "ENV"]

@@ -21,14 +21,15 @@ from .model_names import resolve_model
 
 def load_engine(name: str, options: Optional[EngineOptions] = None,
          with_tokenizer: bool = True,
-         wrap_kernels: Optional[Callable[[Kernels], Kernels]] = None) -> Engine:
+         wrap_kernels: Optional[Callable[[Kernels], Kernels]] = None,
+         quick_start: bool = False) -> Engine:
     """Resolve `name`, select the backend, open the file with mmap (unless
     `options.mmap` is off) and load the engine (`Engine.open`). `wrap_kernels(kernels)`
     gives the kernels the model runs on instead of the selected ones (`apr profile`'s
-    timing view of them)."""
+    timing view of them); `quick_start`: see `backends.select`."""
     options = options or EngineOptions()
     path = resolve_model(name)
-    kernels = backends.select(options.backend)
+    kernels = backends.select(options.backend, quick_start)
     if wrap_kernels is not None:
         kernels = wrap_kernels(kernels)
     opener = None

@@ -3,6 +3,8 @@
 - numba: its decode steps quantize activations to int16 per run of 32, so its logits
   differ from numpy's by ~1e-3 (llama.cpp's 8-bit activations move them by tenths); it
   runs on the mmap loader's zero-copy weights.
+- simd: the browser's exact block kernels built natively (apr_native.simd): activations
+  split into two int16 terms, ~float32 precision; the fused kinds are numpy's.
 - cuda: the CUDA kernels' thread code ("matmul" and "attention") compiled for the CPU
   and run over the kernels' grid (`APR_CUDA_EMULATE=1`; no GPU here, and numba's
   simulator takes minutes per token): float32 sums in element order, ~1e-4 from numpy.
@@ -50,7 +52,13 @@ def numpy_reference(path, ids):
     return _REFERENCE[key]
 
 
-@pytest.mark.parametrize("backend", ["numba", "cuda"])
+# the activation error through 30 layers and the LM head: the 1e-3 scale at which apr's
+# numpy path matches transformers' float32 logits (test_model_real.py), x10 where the
+# activations are rounded to int16 (numba); simd's exact split keeps float32's precision.
+BOUND = {"numba": 1e-2, "cuda": 1e-2, "simd": 1e-3}
+
+
+@pytest.mark.parametrize("backend", ["numba", "cuda", "simd"])
 @pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
 def test_greedy_tokens_match_numpy(model, backend, request, monkeypatch):
     path = request.getfixturevalue(model)
@@ -66,7 +74,5 @@ def test_greedy_tokens_match_numpy(model, backend, request, monkeypatch):
         top2 = np.sort(ref_rows[step])[-2:]
         assert a == b, "step {}: {} {} numpy {} (numpy's top-2 gap {:.3f})".format(
             step, backend, a, b, top2[1] - top2[0])
-    # the activation error through 30 layers and the LM head: the 1e-3 scale at which
-    # apr's numpy path matches transformers' float32 logits (test_model_real.py), x10
     worst = max(np.abs(o - r).max() for o, r in zip(our_rows, ref_rows))
-    assert worst < 1e-2, worst
+    assert worst < BOUND[backend], worst

@@ -17,7 +17,7 @@ every numpy call costs tens of microseconds however small its array. So:
 * Calls pass only integers: x, y and the other arrays stay numpy arrays in Pyodide's memory,
   which the shell reads and writes by address.
 
-Accuracy of the quantized matmuls. The exact kernels (kernels/quantize_x.wat, matmul_k.c):
+Accuracy of the quantized matmuls. The exact kernels (kernels/matmul_k.c, its quantize_x and matmuls):
 each 32-column block of x is scaled by dx = max|x| / 32767 and split into two int16 terms,
 x ~ dx * (xh + xl / 32768), that meet the weights' integer codes in `i32x4.dot_i16x8_s`. The
 integer dots are exact; what remains is the split's residual (< dx * 2^-16, about float32's
@@ -38,17 +38,18 @@ import json
 import weakref
 from typing import Any, Dict, List, Sequence, Tuple
 
+from apr_core.quant.block_kinds import BLOCK_KINDS, KIND_F32
+
 BACKEND = "wasm-simd"
 LANES = 16  # the f32 kernel sums 4 x 4 float32 lanes per step: columns a multiple of 16
 BLOCK = 32  # the quantized kernels split x in 32-column blocks
-KIND_F32 = 0
+
 GATES = ("silu", "gelu_tanh")  # the gated activations the shell's runGlu computes (fused.js)
 
 
 # dtype name -> kind code of the shell's quantized kernels (simd_kernel.js, matmul_k.c);
 # kind 0 is the float32 kernel. One entry per GGUF block type the kernels read in place.
-QUANTIZED: Dict[str, int] = {"Q4_1": 1, "Q8_0": 2, "Q5_0": 3, "Q5_1": 4, "Q2_K": 5, "Q3_K": 6,
-                             "Q4_K": 7, "Q5_K": 8, "Q6_K": 9, "Q4_0": 10}
+QUANTIZED: Dict[str, int] = BLOCK_KINDS
 
 
 def _address(array: Any) -> int:

@@ -2,8 +2,8 @@
  * The shell's WebAssembly SIMD kernels, which apr_core reaches through its kernel registry
  * (apr_webkernel.py registers them as backend "wasm-simd"):
  *  - kernels/matmul_k.c: matmuls straight over GGUF blocks as stored (Q4_0, Q4_1, Q5_0, Q5_1,
- *    Q8_0, Q2_K ... Q6_K), so a weight is held once, at its file size;
- *  - kernels/quantize_x.wat: the activation split those kernels read (quantize_x);
+ *    Q8_0, Q2_K ... Q6_K), so a weight is held once, at its file size, and the activation
+ *    split they read (quantize_x); apr_native builds the same file natively (backend "simd");
  *  - kernels/matmul_r.c: the same matmuls on relaxed SIMD over int8 activations (its own
  *    quantize_x8; 1.2-3.5x the exact kernels' speed per call in Chromium), rounding x as
  *    llama.cpp does (to 1/254 of its 32-column block's largest value, where the exact split
@@ -15,7 +15,6 @@
  * runtime's memory by address. `reset()` drops the memory (a forgotten model's weights).
  */
 import * as f32Source from "./kernels/matmul_f32.wasm.js";
-import * as quantSource from "./kernels/quantize_x.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
 import { attention, GATES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
@@ -49,7 +48,7 @@ export class SimdMatmul {
     const count = isolated ? Math.max(1, Math.floor(threads) || 1) : 1;
     const key = count > 1 ? "wasmSharedBase64" : "wasmBase64";
     const relaxed = exact ? null : decode(relaxedSource[key]);
-    const sources = [f32Source, quantSource, blockSource].map((source) => decode(source[key]));
+    const sources = [f32Source, blockSource].map((source) => decode(source[key]));
     if (relaxed && WebAssembly.validate(relaxed)) sources.push(relaxed);
     const modules = await Promise.all(sources.map((bytes) => WebAssembly.compile(bytes)));
     return new SimdMatmul(modules, heap, count, isolated);
@@ -64,7 +63,7 @@ export class SimdMatmul {
     this.isolated = isolated;
     this.helpers = [];
     /** "relaxed" (matmul_r.c over int8 activations) or "exact" (matmul_k.c). */
-    this.precision = modules[3] ? "relaxed" : "exact";
+    this.precision = modules[2] ? "relaxed" : "exact";
     this.reset();
   }
 
@@ -72,13 +71,12 @@ export class SimdMatmul {
    * the helper threads stop, and the old memory is left to the garbage collector. */
   reset() {
     this._stopHelpers();
-    const [f32Module, quantModule, blockModule, relaxedModule] = this.modules;
+    const [f32Module, blockModule, relaxedModule] = this.modules;
     const memory = this.threads > 1
       ? new WebAssembly.Memory({ initial: 2, maximum: SHARED_PAGES, shared: true })
       : new WebAssembly.Memory({ initial: 2 });
     const env = { env: { memory } };
     const f32 = new WebAssembly.Instance(f32Module, env);
-    const quant = new WebAssembly.Instance(quantModule, env);
     const blocks = new WebAssembly.Instance(blockModule, env);
     this.memory = memory;
     this.control = new Int32Array(memory.buffer, CONTROL, JOB.INTS);
@@ -89,7 +87,7 @@ export class SimdMatmul {
       this.quantizeX = relaxed.exports.quantize_x8;
       this.blocks = relaxed.exports.matmul_r;
     } else {
-      this.quantizeX = quant.exports.quantize_x;
+      this.quantizeX = blocks.exports.quantize_x;
       this.blocks = blocks.exports.matmul_k;
     }
     this.plans = [];
@@ -102,8 +100,8 @@ export class SimdMatmul {
   _startHelpers() {
     for (let index = this.helpers.length + 1; index < this.threads; index++) {
       const helper = new Worker(new URL("./kernel_thread.js", import.meta.url), { type: "module" });
-      const relaxed = Boolean(this.modules[3]);
-      helper.postMessage({ module: this.modules[relaxed ? 3 : 2], entry: relaxed ? "matmul_r" : "matmul_k",
+      const relaxed = Boolean(this.modules[2]);
+      helper.postMessage({ module: this.modules[relaxed ? 2 : 1], entry: relaxed ? "matmul_r" : "matmul_k",
                            memory: this.memory, control: CONTROL, index, threads: this.threads });
       this.helpers.push(helper);
     }

@@ -13,8 +13,8 @@ pool's KV type (`model.kv_types`: a row is one position of one KV head, `head_di
 f16 values or `head_dim / 32` Q8_0 / Q4_0 blocks), so block b holds slots
 `b*block_size .. (b+1)*block_size - 1` of every KV head (the form
 `fused.attention_paged` reads). Rows never share bytes, so zeroing a position (`clear`)
-restores the pool byte for byte whatever the type. Arrays come from `np.zeros`, which the OS backs
-lazily: a budget costs memory only as blocks are first written.
+restores the pool byte for byte whatever the type. Arrays come from `kv_types.allocate`
+(zeroed pages the OS backs lazily): a budget costs memory only as blocks are first written.
 
 Prefix caching: a full block is keyed by a hash of its tokens chained with the hash of the
 block before it (so equal keys mean equal whole prefixes). When its last user releases it

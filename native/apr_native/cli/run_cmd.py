@@ -24,12 +24,15 @@ COMMANDS = {
 }
 
 
-def load(args: argparse.Namespace) -> Engine:
+def load(args: argparse.Namespace, quick_start: bool = False) -> Engine:
     """The engine for `args.model` with `--backend` / `--dequantize` (the same loader every
-    command and the server use); `args.backend` becomes the backend it chose."""
+    command and the server use); `args.backend` becomes the backend it chose.
+    `quick_start` (run, chat): a short prompt's first token on the simd kernels while
+    numba's load waits for the first decode step (`backends.select`)."""
     engine = load_engine(args.model, EngineOptions(
         backend=args.backend, dequantize=args.dequantize,
-        chat_template=chat_template_arg.option(args), context=context_args.options(args)))
+        chat_template=chat_template_arg.option(args), context=context_args.options(args)),
+        quick_start=quick_start and not getattr(args, "draft", None))
     chat_template_arg.check_run(args, engine.model)     # run/chat: a broken template, once
     context_args.report_kv(args, engine)
     args.backend = engine.backend
@@ -41,7 +44,7 @@ def run_run(args: argparse.Namespace) -> int:
     if args.input or transcribe_run.is_whisper_file(args.model):
         return transcribe_run.run_transcribe(args)      # a Whisper model: speech to text
     prompt = prompting.read_prompt(args)
-    engine = load(args)
+    engine = load(args, quick_start=True)
     ids, template = prompting.prompt_ids(args, engine.model, prompt)
     sampler = sampler_args.config(args)
     spec = speculate_args.config(args, engine)
@@ -52,7 +55,7 @@ def run_run(args: argparse.Namespace) -> int:
         speculate_args.report(args, generation.speculative)
         result = generation.as_dict()
         result["timings"]["load_s"] = round(args.load_seconds, 3)
-        result["backend"] = args.backend
+        result["backend"] = engine.backend      # simd: the quick start never needed numba
         result["template"] = template
         cfg = engine.transformer.config
         result["context"] = cfg.max_ctx
@@ -79,7 +82,7 @@ def run_run(args: argparse.Namespace) -> int:
 def run_chat(args: argparse.Namespace) -> int:
     """Each input line is a user turn; the conversation history is kept across turns.
     Without a chat template (or with --raw) the lines and replies are one plain text."""
-    engine = load(args)
+    engine = load(args, quick_start=True)
     model = engine.model
     chat = prompting.uses_template(args, model)
     if not chat:

@@ -30,11 +30,7 @@ from . import pool
 from .common import BLOCKS, quantize_x
 from .cpu_blocks import dequantize_row
 
-# Above this many tokens float products of dequantized rows (`cpu_blocks.rows_times_tokens`)
-# beat integer dots (one thread, ns per 32 weights and token, Q5_0/Q8_0/Q6_K: dots
-# 0.45-0.86 at 16 tokens, products 0.53-0.63; at 32 tokens dots 0.68-2.0, products
-# 0.50-0.54). It is also the most rows a speculative verification pass takes.
-DOT_MAX_TOKENS = 16
+from ..numba_rows import DOT_MAX_TOKENS  # noqa: E402  (re-exported)
 
 
 @njit(parallel=True, cache=True)

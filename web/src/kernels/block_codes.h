@@ -23,7 +23,11 @@
 #include <stdint.h>
 #include <wasm_simd128.h>
 
+#if defined(__wasm__)
 #define EXPORT(name) __attribute__((export_name(name)))
+#else  /* the native build of the same kernels (apr_native/simd) */
+#define EXPORT(name) __attribute__((visibility("default")))
+#endif
 #define INLINE static inline __attribute__((always_inline))
 
 /* Kind codes: apr_webkernel.QUANTIZED. */

@@ -20,6 +20,39 @@
  */
 #include "block_codes.h"
 
+/* x [T, nb * 32] f32 -> xq [T, nb, 64] int16 (per block 32 xh, then 32 xl) and sc [T, nb, 2]
+ * f32 (dx = max|x| / 32767, then sum(x) in column order): x ~ dx * (xh + xl / 32768). */
+EXPORT("quantize_x")
+void quantize_x(const float* x, int nb, int T, int16_t* xq, float* sc) {
+  for (int i = 0; i < nb * T; i++) {
+    const float* v = x + 32 * i;
+    float amax = 0.0f, sum = 0.0f;
+    for (int k = 0; k < 32; k++) {
+      float a = v[k] < 0.0f ? -v[k] : v[k];
+      amax = a > amax ? a : amax;
+      sum = sum + v[k];
+    }
+    v128_t inv = wasm_f32x4_splat(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    v128_t h[8], l[8];
+#pragma clang loop unroll(full)
+    for (int j = 0; j < 8; j++) {  /* |xh| <= 32767, |xl| <= 16384: the narrowing is exact */
+      v128_t xs = wasm_f32x4_mul(wasm_v128_load(v + 4 * j), inv);
+      v128_t xh = wasm_f32x4_nearest(xs);
+      h[j] = wasm_i32x4_trunc_sat_f32x4(xh);
+      l[j] = wasm_i32x4_trunc_sat_f32x4(
+          wasm_f32x4_nearest(wasm_f32x4_mul(wasm_f32x4_sub(xs, xh), wasm_f32x4_splat(32768.0f))));
+    }
+    int16_t* out = xq + 64 * i;
+#pragma clang loop unroll(full)
+    for (int j = 0; j < 4; j++) {
+      wasm_v128_store(out + 8 * j, wasm_i16x8_narrow_i32x4(h[2 * j], h[2 * j + 1]));
+      wasm_v128_store(out + 32 + 8 * j, wasm_i16x8_narrow_i32x4(l[2 * j], l[2 * j + 1]));
+    }
+    sc[2 * i] = amax / 32767.0f;
+    sc[2 * i + 1] = sum;
+  }
+}
+
 /* A decoded block's signed codes u - off (columns 0..15, 16..31: they fit signed bytes) ->
  * the four i16x8 vectors. */
 INLINE void widen_codes(Block* k) {

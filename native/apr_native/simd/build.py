@@ -1,0 +1,116 @@
+"""Compile the shell's block kernels for this machine, once, into the user cache.
+
+    path = library()      # the shared library's path, or None where nothing can build it
+
+The library is named by a hash of everything that decides its bytes (the C sources, this
+directory's wasm_simd128.h, the flags, the compiler, the CPU's model and flags: it is built
+with -march=native), so a changed source or another machine sharing the cache builds its
+own, and a cached build is never stale. A build goes to a temporary file renamed into place,
+so concurrent processes never load half a library. Compilers: zig's clang (PyPI `ziglang`,
+the one scripts/build_wasm_kernels.py uses for the browser's binaries), else `cc`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import List, Optional
+
+from apr_core.errors import AprError, ErrorCode
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = ("matmul_k.c",)
+HEADERS = ("block_codes.h",)
+# FMA contraction off, as in the browser's build: the float32 steps stay the ones a numpy
+# replay computes (wasm_tests/kquant_emulation.py), bit for bit.
+FLAGS = ["-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-g0",
+         "-fvisibility=hidden"]
+BUILD_ENV = "APR_SIMD_BUILD"          # "never": use only a library already built
+
+
+def kernel_dir() -> str:
+    from ..web_bundle import web_root
+    return os.path.join(web_root(), "src", "kernels")
+
+
+def compiler() -> Optional[List[str]]:
+    """The C compiler command: zig's clang when `ziglang` is installed, else `cc`."""
+    import importlib.util
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "cc"]
+    found = shutil.which("cc")
+    return [found] if found else None
+
+
+def _cpu() -> bytes:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        with open("/proc/cpuinfo", "rb") as handle:
+            lines = handle.read(1 << 16).splitlines()
+        return b"\n".join(sorted({line for line in lines
+                                  if line.startswith((b"model name", b"flags"))}))
+    except OSError:
+        return (platform.machine() + platform.processor()).encode()
+
+
+def _key(command: List[str]) -> str:
+    digest = hashlib.sha256()
+    for name in SOURCES + HEADERS:
+        with open(os.path.join(kernel_dir(), name), "rb") as handle:
+            digest.update(name.encode() + b"\0" + handle.read())
+    with open(os.path.join(HERE, "wasm_simd128.h"), "rb") as handle:
+        digest.update(handle.read())
+    digest.update(" ".join(FLAGS + command[1:]).encode() + _cpu())
+    return digest.hexdigest()[:24]
+
+
+def library(build: bool = True) -> Optional[str]:
+    """The built library's path: cached, else built now (a few seconds; `build` False or
+    APR_SIMD_BUILD=never: None instead). None when no compiler is found."""
+    from ..config import cache_dir
+    command = compiler()
+    if command is None:
+        return None
+    path = os.path.join(str(cache_dir()), "simd", "apr_simd-%s.so" % _key(command))
+    if os.path.exists(path):
+        return path
+    if not build or os.environ.get(BUILD_ENV) == "never":
+        return None
+    _compile(command, path)
+    return path
+
+
+def build_in_background() -> None:
+    """Start a build that outlives this process (the next start finds the library)."""
+    if compiler() is None or os.environ.get(BUILD_ENV) == "never":
+        return
+    subprocess.Popen([sys.executable, "-m", "apr_native.simd.build"], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                         [os.path.dirname(os.path.dirname(HERE))] + sys.path)))
+
+
+def _compile(command: List[str], path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, scratch = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            command + FLAGS + ["-I", HERE, "-o", scratch]
+            + [os.path.join(kernel_dir(), name) for name in SOURCES],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise AprError(ErrorCode.UNSUPPORTED, "building the native SIMD kernels failed",
+                           compiler=command[-1], error=done.stderr.decode(errors="replace")[-400:])
+        os.replace(scratch, path)
+    finally:
+        if os.path.exists(scratch):
+            os.unlink(scratch)
+
+
+if __name__ == "__main__":
+    print(library())

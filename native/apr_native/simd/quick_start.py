@@ -1,0 +1,38 @@
+"""Kernels for a fast first token: the native SIMD kernels until numba's have loaded.
+
+numba's import and the loading of its cached kernels take ~0.35-0.5 s of a process's
+start, more than a short prompt's whole prefill: `apr run MODEL "Hi" -n 1` spent most of
+its time there. `QuickStartKernels` runs a short prompt (at most QUICK_PROMPT_TOKENS) on
+the natively built browser kernels (backend "simd", loaded in milliseconds) and switches
+to numba (`upgrade`) before the first decode step, or before a longer prompt (the simd
+prefill is ~4x slower per token than numba's: past ~50 tokens on Qwen2.5-0.5B numba's
+load pays for itself). The switch happens at that fixed point of a generation, never when
+a background load happens to finish, so a run's tokens do not depend on timing. Both
+compute the prompt to float32 precision (the simd kernels' exact activation split; numba's
+float products), and the scheduler prefills numba's `uniform_rows` from the start.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from apr_core.quant import registry
+
+from .kernels import BACKEND
+
+QUICK_PROMPT_TOKENS = 48
+
+
+class QuickStartKernels(registry.Kernels):
+    """Backend "simd" until `upgrade`, then the kernels `load_fast()` returns."""
+
+    def __init__(self, load_fast: Callable[[], registry.Kernels], uniform_rows: int) -> None:
+        super().__init__(BACKEND, uniform_rows)
+        self._load_fast: Optional[Callable[[], registry.Kernels]] = load_fast
+
+    def upgrade(self, prompt_tokens: Optional[int] = None) -> None:
+        if self._load_fast is None:
+            return
+        if prompt_tokens is not None and prompt_tokens <= QUICK_PROMPT_TOKENS:
+            return
+        fast, self._load_fast = self._load_fast(), None
+        self.become(fast)

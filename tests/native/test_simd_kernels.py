@@ -1,0 +1,73 @@
+"""apr_native's build of the browser's exact block kernels (backend "simd",
+web/src/kernels/matmul_k.c compiled for this machine on apr_native/simd/wasm_simd128.h).
+
+Oracles: the kernel's float32 replay in numpy (wasm_tests/kquant_emulation.py, whose block
+reading is checked against gguf-py in test_kquant_kernel.py) and the browser's own wasm
+binary under wasmtime: on every block type the native library equals both bit for bit, so
+the browser and native compute the same bytes. Then the backend through apr_core's model
+code: greedy tokens and logits against numpy on both real models are in
+test_numba_parity.py.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "wasm_tests"))
+
+from kernel_runner import kernels, run_kernel  # noqa: E402,F401  (kernels: a fixture)
+from kquant_emulation import LAYOUT, emulate, random_blocks  # noqa: E402
+from quant_emulation import activations  # noqa: E402
+
+from apr_core.dtypes import BY_NAME  # noqa: E402
+from apr_native.simd import kernels as simd  # noqa: E402
+from apr_native.simd.build import library  # noqa: E402
+
+pytestmark = pytest.mark.native
+TYPES = sorted(LAYOUT)
+
+
+@pytest.fixture(scope="module")
+def native():
+    path = library()
+    assert path is not None, "no C compiler: the dev extra installs ziglang"
+    return simd.SimdMatmul(path, threads=1), simd.SimdMatmul(path, threads=2)
+
+
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("tokens", [1, 3, 20])
+def test_native_kernel_equals_the_replay_and_the_wasm_binary(native, kernels, name, tokens):
+    shape = (13, 512)
+    data = random_blocks(name, *shape, seed=tokens + 3 * len(name))
+    x = activations(tokens, shape[1], seed=tokens + 1)
+    got = native[0].run([(data, BY_NAME[name], shape)], x)[0]
+    want = emulate(data, name, shape, x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), np.abs(got - want).max()
+    browser = run_kernel(kernels, data, name, shape, x)
+    assert np.array_equal(got.view(np.uint32), browser.view(np.uint32))
+
+
+def test_rows_split_over_threads_compute_the_same_bytes(native, monkeypatch):
+    monkeypatch.setattr(simd, "SPLIT_MIN_WORK", 0)      # split even these small weights
+    weights = [(random_blocks(name, rows, 256, seed=rows), BY_NAME[name], (rows, 256))
+               for name, rows in (("Q4_K", 61), ("Q8_0", 40), ("Q2_K", 9))]
+    x = activations(7, 256, seed=5)
+    one, two = native[0].run(weights, x), native[1].run(weights, x)
+    for a, b, (data, dtype, shape) in zip(one, two, weights):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert np.array_equal(a, emulate(data, dtype.name, shape, x))
+
+
+def test_a_changed_source_builds_another_library(monkeypatch, tmp_path):
+    """The cache key covers the flags (and sources): a stale build is never loaded."""
+    from apr_native.simd import build
+    first = library()
+    monkeypatch.setattr(build, "FLAGS", build.FLAGS + ["-DAPR_TEST_KEY=1"])
+    monkeypatch.setenv(build.BUILD_ENV, "never")
+    assert library() is None                  # not built yet, and not built when told not to
+    monkeypatch.delenv(build.BUILD_ENV)
+    second = library()
+    assert second != first and os.path.exists(second)
+    os.unlink(second)

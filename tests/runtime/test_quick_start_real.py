@@ -1,0 +1,61 @@
+"""`apr run`'s quick start on the real models, through the installed command: a short
+prompt's first token comes from the simd kernels without numba ever being imported, a
+longer run hands over to numba before its first decode step (the same tokens as numba
+alone: both compute the prompt to float32 precision), and a long prompt waits for numba.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.native, pytest.mark.real_model]
+
+# Runs `apr` as the installed command does and reports whether numba was imported.
+PROBE = ("import sys\nfrom apr_native.cli.main import main\ncode = main(sys.argv[1:])\n"
+         "print('NUMBA' if 'numba' in sys.modules else 'NO NUMBA', file=sys.stderr)\n"
+         "sys.exit(code)\n")
+# A prompt without near-ties in its first steps (test_numba_parity.py's choice).
+PROMPT = "Explain what a CPU does."
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_library():
+    """The simd library exists before the runs (a first start builds it in the background
+    and runs on numba meanwhile)."""
+    from apr_native.simd.build import library
+    assert library() is not None
+
+
+def apr_json(*args):
+    env = {k: v for k, v in os.environ.items() if k != "APR_BACKEND"}
+    env.update(APR_QUIET="1", APR_CONFIG=os.devnull)
+    done = subprocess.run([sys.executable, "-c", PROBE, "run", *map(str, args), "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
+def test_one_token_never_imports_numba(model, request):
+    path = request.getfixturevalue(model)
+    result, numba = apr_json(path, "Hi", "-n", 1)
+    assert (result["backend"], numba) == ("simd", "NO NUMBA")
+    assert result["completion_tokens"] == 1
+
+
+def test_decoding_hands_over_to_numba_with_numba_alone_tokens(smollm2_gguf):
+    quick, numba = apr_json(smollm2_gguf, PROMPT, "-n", 12)
+    assert (quick["backend"], numba) == ("numba", "NUMBA")
+    alone, _ = apr_json(smollm2_gguf, PROMPT, "-n", 12, "--backend", "numba")
+    assert alone["backend"] == "numba"
+    assert quick["token_ids"] == alone["token_ids"]
+
+
+def test_a_long_prompt_waits_for_numba(smollm2_gguf):
+    from apr_native.simd.quick_start import QUICK_PROMPT_TOKENS
+    prompt = " ".join("word%d" % i for i in range(QUICK_PROMPT_TOKENS))
+    result, numba = apr_json(smollm2_gguf, prompt, "-n", 1)
+    assert result["prompt_tokens"] > QUICK_PROMPT_TOKENS
+    assert (result["backend"], numba) == ("numba", "NUMBA")
