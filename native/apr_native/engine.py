@@ -36,7 +36,12 @@ def load_engine(name: str, options: Optional[EngineOptions] = None,
     if options.mmap:
         from .mmap_source import open_mmap
         opener = open_mmap
-    return Engine.open(path, options, kernels, opener, with_tokenizer)
+    engine = Engine.open(path, options, kernels, opener, with_tokenizer)
+    if quick_start and kernels.backend == "simd" and options.backend is None:
+        from .simd.quick_start import suits
+        if not suits(engine.transformer):
+            kernels.upgrade()                        # numba's from the start
+    return engine
 
 
 __all__ = ["Engine", "EngineOptions", "load_engine", "resolve_model", "DEFAULT_KV_MEMORY"]

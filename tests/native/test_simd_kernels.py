@@ -71,3 +71,16 @@ def test_a_changed_source_builds_another_library(monkeypatch, tmp_path):
     second = library()
     assert second != first and os.path.exists(second)
     os.unlink(second)
+
+
+@pytest.mark.parametrize("quant, suits", [("Q8_0", True), ("Q4_K", True), ("F16", False),
+                                          ("F32", False)])
+def test_quick_start_only_where_every_projection_is_a_block_type(tmp_path, quant, suits):
+    """Other types would take numpy's kernel, which decodes the weight on every call: such a
+    model starts on numba (`load_engine` upgrades at once)."""
+    from synthetic_models import write_gguf_model
+    from apr_core.model import Transformer
+    from apr_native.simd.quick_start import suits as quick_start_suits
+    path = tmp_path / "model.gguf"
+    write_gguf_model(path, quant=quant, d_model=256, d_ff=512)
+    assert quick_start_suits(Transformer.from_path(str(path))) is suits

@@ -13,9 +13,10 @@ float products), and the scheduler prefills numba's `uniform_rows` from the star
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from apr_core.quant import registry
+from apr_core.quant.block_kinds import BLOCK_KINDS
 
 from .kernels import BACKEND
 
@@ -36,3 +37,12 @@ class QuickStartKernels(registry.Kernels):
             return
         fast, self._load_fast = self._load_fast(), None
         self.become(fast)
+
+
+def suits(transformer: Any) -> bool:
+    """Whether every projection of the model's layers is a block type the simd kernels read
+    (others would take numpy's kernel, which decodes the weight on every call)."""
+    blocks = getattr(transformer, "blocks", None)
+    return bool(blocks) and all(linear is None or (linear.dtype.name in BLOCK_KINDS
+                                                   and linear.weight is None)
+                                for block in blocks for linear in block.linears.values())
