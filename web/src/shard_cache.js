@@ -101,6 +101,12 @@ export class ShardCache {
     return [...byModel.values()];
   }
 
+  /** Drop the chunks kept in memory for adjacent small reads (up to MEMORY_CHUNKS of
+   * `chunkSize`: 32 MiB that a tab would otherwise hold for as long as it lives). */
+  releaseMemory() {
+    this._memory.clear();
+  }
+
   /** Number of stored chunks (staged or committed), for diagnostics and tests. */
   async chunkCount() {
     const tx = (await this.db()).transaction(CHUNKS, "readonly");

@@ -143,7 +143,13 @@ apr_web._sync = _sync
     return sync("inspect_file", path, name);
   },
   stats: (key) => sync("tensor_stats", key),
-  load: (url, dequantize = null, options = null) => python("load", url, dequantize, options),
+  async load(url, dequantize = null, options = null) {
+    try {
+      return await python("load", url, dequantize, options);
+    } finally {
+      cache.releaseMemory();  // the header's chunks: a loaded model reads none again
+    }
+  },
   chat: (messages, maxTokens = 128, temperature = 0, seed = null, sampling = null) =>
     sync("chat", JSON.stringify(messages), maxTokens, temperature, seed,
          JSON.stringify(sampling || {})),
