@@ -33,7 +33,7 @@ LAYERS = [
                        "apr_core.transforms"]),
     ("native", ["apr_native", "apr_native.kernels", "apr_native.backends",
                 "apr_native.mmap_source", "apr_native.pickle_safe", "apr_native.real_models",
-                "apr_native.config"]),
+                "apr_native.config", "apr_native.web_root"]),
     ("engine", ["apr_native.engine", "apr_native.structured"]),
     ("server", ["apr_native.server", "apr_native.web_bundle", "apr_native.web_server"]),
     # the TUI is a CLI front end; apr compile's builders use web_bundle and cli's helpers

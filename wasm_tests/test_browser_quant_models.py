@@ -129,6 +129,8 @@ def test_k_quant_model_matches_native_at_its_stored_size(profile_page, served_mo
     assert info["kernels"] == "wasm-simd", info
     # every weight was placed in the kernels' memory, at its file size: nothing dequantized
     assert info["placed_bytes"] > 0.9 * os.path.getsize(path), info
+    # and the shard cache keeps none of the chunks its header reads went through
+    assert session.call("() => apr.call('cacheMemoryBytes')") == 0
 
     greedy = session.call("([ids, n]) => apr.greedy(ids, n)", [native["ids"], GREEDY])
     if kernels == "simd-exact":

@@ -19,20 +19,12 @@ from typing import Any, Dict, List, Optional
 
 import apr_core
 from apr_core.atomic import atomic_output
+from .web_root import web_root  # noqa: F401  (re-exported: the server and builders use it)
 
 WHEEL_NAME = "apr_core.whl"
 # URL prefix -> path relative to the web/ directory (npm packages live in web/node_modules).
 PYODIDE_DIRS = {"314": "node_modules/pyodide", "017": "node_modules/@pyodide/pyodide/dist"}
 VENDOR_DIRS = {"/vendor/wllama/": "node_modules/@wllama/wllama/esm"}
-
-
-def web_root() -> str:
-    """The `web/` directory of this checkout (APR_WEB_ROOT overrides)."""
-    env = os.environ.get("APR_WEB_ROOT")
-    if env:
-        return os.path.abspath(env)
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.abspath(os.path.join(here, "..", "..", "web"))
 
 
 def missing_runtime(flavor: str) -> Optional[str]:

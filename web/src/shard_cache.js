@@ -107,6 +107,13 @@ export class ShardCache {
     this._memory.clear();
   }
 
+  /** Bytes of the chunks kept in memory now (diagnostics and tests). */
+  memoryBytes() {
+    let total = 0;
+    for (const bytes of this._memory.values()) total += bytes.byteLength;
+    return total;
+  }
+
   /** Number of stored chunks (staged or committed), for diagnostics and tests. */
   async chunkCount() {
     const tx = (await this.db()).transaction(CHUNKS, "readonly");

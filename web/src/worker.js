@@ -188,6 +188,7 @@ apr_web._sync = _sync
   cacheList: () => cache.list(),
   cacheModels: () => cache.models(),
   cacheChunks: () => cache.chunkCount(),
+  cacheMemoryBytes: () => cache.memoryBytes(),
   cacheRemove: (sha256) => cache.remove(sha256),
   cacheClear: () => cache.clear(),
 };

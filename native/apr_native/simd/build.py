@@ -33,7 +33,7 @@ BUILD_ENV = "APR_SIMD_BUILD"          # "never": use only a library already buil
 
 
 def kernel_dir() -> str:
-    from ..web_bundle import web_root
+    from ..web_root import web_root
     return os.path.join(web_root(), "src", "kernels")
 
 
