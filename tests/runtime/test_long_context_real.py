@@ -6,7 +6,7 @@ attention kernel, the paged KV cache) with the KV cache types of `--kv-type`.
   the key, with f16 (the engine's default) and q8_0 KV. One test per type; each is a
   7,000-token prefill (the slow part), then a few decoded tokens.
 - Perplexity (llama.cpp's method, apr_core.runtime.perplexity) on 4,096 tokens of a fixed
-  text (tests/data/perplexity_text.md, a frozen copy of this repository's README) in two
+  text (tests/data/perplexity_text.txt, a frozen copy of this repository's README) in two
   2,048-token chunks, f16 and q8_0 KV, against llama.cpp's own perplexity with the same KV
   types on the same ids (the test's docstring has the numbers). The text is frozen because
   the live README changed the ids with every edit, and llama.cpp's distance from the model
@@ -28,7 +28,7 @@ KEY = "68237"
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and "
           "back again. ")
 PROMPT_TOKENS = 7000
-TEXT = os.path.join(os.path.dirname(__file__), "..", "data", "perplexity_text.md")
+TEXT = os.path.join(os.path.dirname(__file__), "..", "data", "perplexity_text.txt")
 
 
 def load(path, kv_type, ctx=8192):
