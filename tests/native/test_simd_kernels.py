@@ -61,16 +61,17 @@ def test_rows_split_over_threads_compute_the_same_bytes(native, monkeypatch):
 
 
 def test_a_changed_source_builds_another_library(monkeypatch, tmp_path):
-    """The cache key covers the flags (and sources): a stale build is never loaded."""
+    """The cache key covers the flags (and sources): a stale build is never loaded, and a
+    new build removes the old one."""
     from apr_native.simd import build
+    monkeypatch.setenv("APR_CACHE", str(tmp_path))        # other tests keep their library
     first = library()
     monkeypatch.setattr(build, "FLAGS", build.FLAGS + ["-DAPR_TEST_KEY=1"])
     monkeypatch.setenv(build.BUILD_ENV, "never")
     assert library() is None                  # not built yet, and not built when told not to
     monkeypatch.delenv(build.BUILD_ENV)
     second = library()
-    assert second != first and os.path.exists(second)
-    os.unlink(second)
+    assert second != first and os.path.exists(second) and not os.path.exists(first)
 
 
 @pytest.mark.parametrize("quant, suits", [("Q8_0", True), ("Q4_K", True), ("F16", False),

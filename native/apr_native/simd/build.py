@@ -107,9 +107,23 @@ def _compile(command: List[str], path: str) -> None:
             raise AprError(ErrorCode.UNSUPPORTED, "building the native SIMD kernels failed",
                            compiler=command[-1], error=done.stderr.decode(errors="replace")[-400:])
         os.replace(scratch, path)
+        _remove_other_builds(path)
     finally:
         if os.path.exists(scratch):
             os.unlink(scratch)
+
+
+def _remove_other_builds(keep: str) -> None:
+    """Earlier builds (other sources or flags): a process still running one keeps its
+    mapping after the unlink."""
+    folder = os.path.dirname(keep)
+    for name in os.listdir(folder):
+        other = os.path.join(folder, name)
+        if name.startswith("apr_simd-") and name.endswith(".so") and other != keep:
+            try:
+                os.unlink(other)
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":
