@@ -40,7 +40,7 @@ DEFAULT_KV_TYPE = "f16"
 
 @dataclass(frozen=True)
 class EngineOptions:
-    backend: Optional[str] = None        # numpy | simd | numba | cuda | webgpu | auto; None: $APR_BACKEND
+    backend: Optional[str] = None        # a backends.NAMES or auto; None: $APR_BACKEND
     dequantize: bool = False             # weights to float32 at load
     mmap: bool = True                    # map the file instead of reading it
     max_batch: int = DEFAULT_MAX_BATCH   # sequences decoded together

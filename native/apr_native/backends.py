@@ -194,9 +194,7 @@ def _quick_start() -> Optional[registry.Kernels]:
         return None
     from .numba_rows import UNIFORM_ROWS
     from .simd.quick_start import QuickStartKernels
-    if "simd" not in _registered:
-        _register_simd()
-        _registered["simd"] = "native"
+    select("simd")                          # registers its kernels (once per process)
     return QuickStartKernels(lambda: select("numba"), UNIFORM_ROWS)
 
 
