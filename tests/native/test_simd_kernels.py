@@ -85,3 +85,30 @@ def test_quick_start_only_where_every_projection_is_a_block_type(tmp_path, quant
     path = tmp_path / "model.gguf"
     write_gguf_model(path, quant=quant, d_model=256, d_ff=512)
     assert quick_start_suits(Transformer.from_path(str(path))) is suits
+
+
+def test_starts_without_the_library_spawn_one_background_build(monkeypatch, tmp_path):
+    """Every `apr run` before the library exists would otherwise start a compiler."""
+    import subprocess
+    from apr_native.simd import build
+    monkeypatch.setenv("APR_CACHE", str(tmp_path))
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]))
+    build.build_in_background()
+    build.build_in_background()
+    assert len(started) == 1 and started[0][-1] == str(tmp_path / "simd" / "building")
+    os.utime(started[0][-1], (0, 0))            # a build that died long ago: taken over
+    build.build_in_background()
+    assert len(started) == 2
+
+
+def test_a_background_build_leaves_the_library_and_no_lock(tmp_path):
+    import subprocess
+    env = dict(os.environ, APR_CACHE=str(tmp_path))
+    lock = tmp_path / "simd" / "building"
+    lock.parent.mkdir()
+    lock.write_text("")
+    done = subprocess.run([sys.executable, "-m", "apr_native.simd.build", str(lock)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert os.path.exists(done.stdout.strip()) and not lock.exists()

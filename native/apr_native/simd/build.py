@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import List, Optional
 
 from apr_core.errors import AprError, ErrorCode
@@ -30,6 +31,7 @@ HEADERS = ("block_codes.h",)
 FLAGS = ["-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-g0",
          "-fvisibility=hidden"]
 BUILD_ENV = "APR_SIMD_BUILD"          # "never": use only a library already built
+BUILD_LOCK_S = 300                    # a background build older than this has died
 
 
 def kernel_dir() -> str:
@@ -85,12 +87,27 @@ def library(build: bool = True) -> Optional[str]:
 
 
 def build_in_background() -> None:
-    """Start a build that outlives this process (the next start finds the library)."""
+    """Start a build that outlives this process (the next start finds the library), unless
+    another process started one in the last BUILD_LOCK_S seconds."""
+    from ..config import cache_dir
     if compiler() is None or os.environ.get(BUILD_ENV) == "never":
         return
-    subprocess.Popen([sys.executable, "-m", "apr_native.simd.build"], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+    lock = os.path.join(str(cache_dir()), "simd", "building")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    try:
+        if time.time() - os.path.getmtime(lock) < BUILD_LOCK_S:
+            return
+        os.unlink(lock)                         # a build that died: take over
+    except OSError:
+        pass
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return                                  # another process got there first
+    subprocess.Popen([sys.executable, "-m", "apr_native.simd.build", lock],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True,
+                     env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                          [os.path.dirname(os.path.dirname(HERE))] + sys.path)))
 
 
@@ -126,5 +143,9 @@ def _remove_other_builds(keep: str) -> None:
                 pass
 
 
-if __name__ == "__main__":
-    print(library())
+if __name__ == "__main__":                      # build_in_background's process
+    try:
+        print(library())
+    finally:
+        if len(sys.argv) > 1:
+            os.unlink(sys.argv[1])              # the lock it was started under
