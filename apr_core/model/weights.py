@@ -69,6 +69,34 @@ def numpy_matmul_group(linears: Sequence["Linear"], x: np.ndarray) -> List[np.nd
 registry.register("matmul_group", "*")(numpy_matmul_group)
 
 
+class GroupedMatmul:
+    """Kinds "matmul" (`self` is the kernel) and "matmul_group" (`group`) of a backend
+    whose `run(weights, x)` takes several `(data, dtype, (out, in))` weights sharing one
+    `x [T, in]` in one call (the browser shell's kernels, apr_native's simd build of them).
+    Weights it cannot take (`usable` False, or decoded at load) go to numpy's kernels."""
+
+    def usable(self, dtype: DType, shape: Tuple[int, int]) -> bool:
+        raise NotImplementedError
+
+    def run(self, weights: Sequence[Tuple[Any, DType, Tuple[int, int]]], x: np.ndarray
+            ) -> List[np.ndarray]:
+        raise NotImplementedError
+
+    def __call__(self, data: Any, dtype: DType, shape: Tuple[int, int], x: np.ndarray,
+                 scratch_elements: int) -> np.ndarray:
+        if not self.usable(dtype, shape):
+            return numpy_matmul(data, dtype, shape, x, scratch_elements)
+        return self.run([(data, dtype, shape)], x)[0]
+
+    def group(self, linears: Sequence["Linear"], x: np.ndarray) -> List[np.ndarray]:
+        """Projections sharing `x` (q/k/v, gate/up) in one `run`."""
+        if any(lin.weight is not None or not self.usable(lin.dtype, lin.shape)
+               for lin in linears):
+            return numpy_matmul_group(linears, x)   # dense or odd-sized: each on its own
+        ys = self.run([(lin.data, lin.dtype, lin.shape) for lin in linears], x)
+        return [y if lin.bias is None else y + lin.bias for lin, y in zip(linears, ys)]
+
+
 class Linear:
     """`y = x @ W.T + b` for `W [out, in]` of any dtype, quantized or dense in memory."""
 

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
+from apr_core.model.weights import GroupedMatmul
 from apr_core.quant.block_kinds import BLOCK_KINDS, KIND_F32
 
 BACKEND = "wasm-simd"
@@ -57,8 +58,9 @@ def _address(array: Any) -> int:
     return array.__array_interface__["data"][0]
 
 
-class WasmMatmul:
-    """A registry "matmul" kernel: `(data, dtype, shape, x, scratch) -> y [T, out]`.
+class WasmMatmul(GroupedMatmul):
+    """A registry "matmul" kernel: `(data, dtype, shape, x, scratch) -> y [T, out]`, and
+    "matmul_group" (`group`; both from GroupedMatmul, over `run`).
 
     Calls pass only integers to JavaScript: `x` and `y` are numpy arrays in Pyodide's memory,
     which the shell reads and writes by address (no conversion of arrays between Python and
@@ -106,13 +108,6 @@ class WasmMatmul:
             return True
         return shape[1] % LANES == 0
 
-    def __call__(self, data: Any, dtype: Any, shape: Tuple[int, int], x: Any,
-                 scratch_elements: int) -> Any:
-        from apr_core.model.weights import numpy_matmul
-        if not self.usable(dtype, shape):
-            return numpy_matmul(data, dtype, shape, x, scratch_elements)
-        return self.run([(data, dtype, shape)], x)[0]
-
     def _plan(self, weights: List[Tuple[Any, Any, Tuple[int, int]]]
               ) -> Tuple[int, List[int], List[Any]]:
         """The shell's plan for running `weights` on one x (registered once per group)."""
@@ -142,15 +137,6 @@ class WasmMatmul:
             out.append(flat[start:start + tokens * count].reshape(tokens, count))  # [T, out]
             start += tokens * count
         return out
-
-    def group(self, linears: Sequence[Any], x: Any) -> List[Any]:
-        """Registry kind "matmul_group": projections sharing `x` (q/k/v, gate/up)."""
-        from apr_core.model.weights import numpy_matmul_group
-        for lin in linears:
-            if lin.weight is not None or not self.usable(lin.dtype, lin.shape):
-                return numpy_matmul_group(linears, x)  # dense or odd-sized: each on its own
-        ys = self.run([(lin.data, lin.dtype, lin.shape) for lin in linears], x)
-        return [y if lin.bias is None else y + lin.bias for lin, y in zip(linears, ys)]
 
 
 class WasmFused:

@@ -18,6 +18,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from apr_core.model.weights import GroupedMatmul
 from apr_core.quant.block_kinds import BLOCK_KINDS, KIND_Q2_K
 
 BACKEND = "simd"
@@ -61,8 +62,9 @@ class _Helpers:
                 self.done.put(exc)
 
 
-class SimdMatmul:
-    """Registry kinds "matmul" and "matmul_group" over the native block kernels."""
+class SimdMatmul(GroupedMatmul):
+    """Registry kinds "matmul" and "matmul_group" (GroupedMatmul's, over `run`) on the
+    native block kernels; one split of x serves every weight of a group."""
 
     def __init__(self, path: str, threads: int = 1) -> None:
         lib = ctypes.CDLL(path)
@@ -78,22 +80,6 @@ class SimdMatmul:
 
     def usable(self, dtype: Any, shape: Tuple[int, int]) -> bool:
         return dtype.name in BLOCK_KINDS and shape[1] % BLOCK == 0
-
-    def __call__(self, data: Any, dtype: Any, shape: Tuple[int, int], x: np.ndarray,
-                 scratch_elements: int) -> np.ndarray:
-        from apr_core.model.weights import numpy_matmul
-        if not self.usable(dtype, shape):
-            return numpy_matmul(data, dtype, shape, x, scratch_elements)
-        return self.run([(data, dtype, shape)], x)[0]
-
-    def group(self, linears: Sequence[Any], x: np.ndarray) -> List[np.ndarray]:
-        """Kind "matmul_group": projections sharing `x` (one split of x for all)."""
-        from apr_core.model.weights import numpy_matmul_group
-        if any(lin.weight is not None or not self.usable(lin.dtype, lin.shape)
-               for lin in linears):
-            return numpy_matmul_group(linears, x)
-        ys = self.run([(lin.data, lin.dtype, lin.shape) for lin in linears], x)
-        return [y if lin.bias is None else y + lin.bias for lin, y in zip(linears, ys)]
 
     def run(self, weights: Sequence[Tuple[Any, Any, Tuple[int, int]]], x: np.ndarray
             ) -> List[np.ndarray]:
