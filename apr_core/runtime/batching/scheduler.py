@@ -25,8 +25,9 @@ Speculative decoding (a request's `speculative`, see `runtime/speculative.py`): 
 sequence's step runs its pending token plus a draft as rows of the same pass; all their
 logits come back and are verified in order (`_verify`); the computed length then moves
 back past what was rejected. On a backend whose kernels change with the row count
-(`min_prefill_rows` > 1: numba's integer dots up to 4 rows) a sequence's verification
-rows stay below that count, so every row is computed as one-token decoding computes it.
+(`min_prefill_rows` > 1: numba's integer dots up to `apr_native.numba_rows.DOT_MAX_TOKENS`
+rows) a sequence's verification rows stay below that count, so every row is computed as
+one-token decoding computes it.
 """
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ from typing import Any, Dict, Optional
 from apr_core.errors import AprError, ErrorCode
 from apr_core.runtime.speculative import SpeculativeConfig
 
+from ..numba_rows import DOT_MAX_TOKENS
+
 # checks that a draft model splits text as the target does
 _PROBE_TEXT = "def f(x):\n    return x * 2  # Hello, world! 123 éü 你好"
 
@@ -31,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser, verbose: bool = True) -> None:
                    "tokenizer")
     p.add_argument("--draft-max", type=int, default=16, metavar="K",
                    help="most tokens drafted per step (default 16; the numba backend verifies "
-                   "at most 3 per pass so that its rows compute as decoding does)")
+                   "at most {} per pass, {} rows with the pending token, so that its rows "
+                   "compute as decoding does)".format(DOT_MAX_TOKENS - 1, DOT_MAX_TOKENS))
     p.add_argument("--draft-min", type=int, default=0, metavar="N",
                    help="drop drafts shorter than N tokens (default 0)")
     if verbose:
