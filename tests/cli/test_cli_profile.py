@@ -83,7 +83,9 @@ def test_report_shape(profiled):
 
 @pytest.mark.native
 @pytest.mark.real_model
-def test_rows_add_up_to_the_measured_total(profiled):
+def test_timed_ops_make_most_of_the_measured_total(profiled):
+    """The ops' own times against the phase's wall time. (The "other" row is not checked:
+    it is defined as wall time minus the ops, so all rows sum to the total whatever.)"""
     report, _ = profiled
     for phase, total in report["totals"].items():
         rows = [r for r in report["ops"] if r["phase"] == phase]
@@ -92,7 +94,6 @@ def test_rows_add_up_to_the_measured_total(profiled):
         # the ops the profiler timed (no catch-all) make at least 90% of the wall time
         assert sum(measured) >= 0.9 * total["time_ms"], (phase, sum(measured), total)
         assert sum(measured) <= total["time_ms"]
-        assert sum(r["time_ms"] for r in rows) == pytest.approx(total["time_ms"], rel=1e-9)
         assert total["tok_s"] == pytest.approx(total["tokens"] / total["time_ms"] * 1e3)
     assert report["totals"]["prefill"]["tokens"] == PROMPT
     assert report["totals"]["decode"]["tokens"] == DECODE
