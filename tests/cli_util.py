@@ -32,6 +32,21 @@ def apr(*args, env=None):
     return code, out.getvalue(), err.getvalue()
 
 
+APR = os.path.join(os.path.dirname(sys.executable), "apr")
+
+
+def apr_installed(*args, env=None):
+    """(exit code, stdout, stderr) of the installed `apr` command beside this Python, as a
+    user's shell runs it: its own process, no TTY, no stdin, 100 columns."""
+    if not os.path.isfile(APR):
+        pytest.fail("the installed `apr` command is missing beside {}".format(sys.executable))
+    full_env = dict(os.environ, APR_QUIET="1", APR_CONFIG=os.devnull, COLUMNS="100",
+                    **(env or {}))
+    done = subprocess.run([APR, *map(str, args)], capture_output=True, text=True,
+                          env=full_env, stdin=subprocess.DEVNULL, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
 def apr_json(*args):
     code, out, err = apr(*args, "--json")
     assert out, err

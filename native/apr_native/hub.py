@@ -24,6 +24,9 @@ from apr_core.refs import DEFAULT_ENDPOINT, ModelRef, select_files
 from . import hub_store
 
 Progress = Callable[[str, int, int], None]        # (file, bytes done, bytes total)
+# What a network error (E013) tells to try besides `hub_store.OFFLINE_HINT`: the variable
+# `endpoint()` reads.
+MIRROR_HINT = "set HF_ENDPOINT=URL to use a mirror of the Hub"
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -55,8 +58,9 @@ def _map_error(exc: Exception, ref: ModelRef) -> AprError:
     if isinstance(exc, hf_utils.EntryNotFoundError):
         return AprError(ErrorCode.NETWORK, "no such file in the repository",
                         reference=ref.text)
-    return AprError(ErrorCode.NETWORK, "cannot reach the Hub: {}".format(
-        str(exc).splitlines()[0][:200] if str(exc) else name),
+    return AprError(ErrorCode.NETWORK, "cannot reach the Hub: {}; {}, or {}".format(
+        str(exc).splitlines()[0][:200] if str(exc) else name, MIRROR_HINT,
+        hub_store.OFFLINE_HINT),
         reference=ref.text, endpoint=endpoint())
 
 

@@ -38,6 +38,10 @@ def hf_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
+# What a network error (E013) tells to try when the network is not there to be had.
+OFFLINE_HINT = "set APR_OFFLINE=1 to use only what is cached"
+
+
 def offline() -> bool:
     """APR_OFFLINE=1 or HF_HUB_OFFLINE=1: only what is cached, no network at all."""
     return any(os.environ.get(k, "").lower() in TRUE for k in ("APR_OFFLINE", "HF_HUB_OFFLINE"))

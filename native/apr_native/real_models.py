@@ -172,3 +172,30 @@ def available(name: str) -> bool:
         return True
     except AprError:
         return False
+
+
+def describe() -> list[dict]:
+    """Every built-in model for `apr list`, without hashing or joining anything: its
+    names, where its file (or directory) is or will be, its size and whether the packages
+    holding it are installed (else the command that installs them)."""
+    out = []
+    for name, model in {**MODELS, **DIRECTORIES}.items():
+        if name != model.name:
+            continue                           # an alias: listed with its model
+        if isinstance(model, RealModelDir):
+            pieces = [_package_file(m, p) for item in model.files for m, p in item.pieces]
+            path, size = cache_dir() / "models" / model.dirname, sum(
+                item.size for item in model.files)
+        else:
+            pieces = [_package_file(m, p) for m, p in zip(model.packages, model.pieces)]
+            if len(pieces) == 1:               # used in place, where its package put it
+                path, size = pieces[0], pieces[0].stat().st_size if pieces[0] else None
+            else:                              # joined into the cache on first use
+                path, size = cache_dir() / "models" / model.filename, model.size
+        present = all(piece is not None for piece in pieces)
+        out.append({"name": name, "aliases": sorted(
+                        alias for alias, other in MODELS.items()
+                        if other is model and alias != name),
+                    "path": str(path) if path else None, "bytes": size, "present": present,
+                    "install": None if present else model.install_hint})
+    return out

@@ -66,8 +66,8 @@ def _open(url: str, start: int, etag: Optional[str]) -> Any:
         raise AprError(ErrorCode.NETWORK, "HTTP {} {}".format(exc.code, exc.reason),
                        reference=url)
     except (urllib.error.URLError, OSError) as exc:
-        raise AprError(ErrorCode.NETWORK, "cannot download: {}".format(
-            getattr(exc, "reason", exc)), reference=url)
+        raise AprError(ErrorCode.NETWORK, "cannot download: {}; {}".format(
+            getattr(exc, "reason", exc), hub_store.OFFLINE_HINT), reference=url)
 
 
 def _transfer(url: str, part: Path, progress: Any) -> Dict[str, Any]:

@@ -1,8 +1,8 @@
 """The `apr` entry point as a first-time user meets it, through the installed command.
 
-- `apr --help` lists every command and imports none of their modules (the lazy table is
-  read from each `*_cmd` module's `COMMANDS` literal, which must equal what the module's
-  `register` really adds);
+- `apr --help` lists every command of THE table (`cli/commands.py`) once, under its group,
+  the groups in the table's order, and imports none of their modules; each module's
+  `register` adds exactly the table's commands for it (names, aliases, help lines);
 - `apr help COMMAND` prints exactly `apr COMMAND --help`; a misspelled command suggests
   the nearest ones and exits 2;
 - `apr --version` / `apr version --json` report every fact a bug report needs, each
@@ -19,32 +19,62 @@ import sys
 
 import pytest
 
-from apr_native.cli import main as cli_main
+from apr_native.cli import commands
+from cli_util import apr_installed as apr
 
-APR = os.path.join(os.path.dirname(sys.executable), "apr")
 
+class Recorder:
+    """Stands in for argparse's subparsers action: records what `register` adds."""
 
-def apr(*args):
-    if not os.path.isfile(APR):
-        pytest.fail("the installed `apr` command is missing beside {}".format(sys.executable))
-    env = dict(os.environ, APR_QUIET="1", APR_CONFIG=os.devnull, COLUMNS="100")
-    done = subprocess.run([APR, *map(str, args)], capture_output=True, text=True, env=env,
-                          stdin=subprocess.DEVNULL, timeout=300)
-    return done.returncode, done.stdout, done.stderr
+    def __init__(self):
+        self.added = {}
+        self._sub = argparse.ArgumentParser(prog="apr").add_subparsers()
+
+    def add_parser(self, name, **kwargs):
+        self.added[name] = (kwargs.get("help"), tuple(kwargs.get("aliases", ())))
+        return self._sub.add_parser(name, **kwargs)
 
 
 def registered(module):
-    """{command: help line} that `module.register` really adds (None: no listed help)."""
-    parser = argparse.ArgumentParser(prog="apr")
-    sub = parser.add_subparsers()
-    importlib.import_module("apr_native.cli." + module).register(sub)
-    helps = {action.dest: action.help for action in sub._choices_actions}
-    return {name: helps.get(name) for name in sub.choices}
+    """{command: (help line, aliases)} that `module.register` really adds."""
+    recorder = Recorder()
+    importlib.import_module("apr_native.cli." + module).register(recorder)
+    return recorder.added
 
 
-@pytest.mark.parametrize("module", cli_main.command_modules())
-def test_commands_literal_equals_what_register_adds(module):
-    assert cli_main.declared_commands(module) == registered(module)
+def test_every_command_module_is_in_the_table():
+    here = os.path.dirname(commands.__file__)
+    on_disk = sorted(f[:-3] for f in os.listdir(here) if f.endswith("_cmd.py"))
+    assert sorted(commands.modules()) == on_disk
+
+
+@pytest.mark.parametrize("module", commands.modules())
+def test_table_equals_what_register_adds(module):
+    wanted = {c.name: (c.help, c.aliases) for c in commands.COMMANDS.values()
+              if c.module == module}
+    assert registered(module) == wanted
+
+
+def test_every_command_is_in_exactly_one_group():
+    names = [c.name for group in commands.GROUPS for c in group.commands]
+    aliases = [a for c in commands.COMMANDS.values() for a in c.aliases]
+    assert len(names + aliases) == len(set(names + aliases)) == len(commands.NAMES)
+    assert [g.title for g in commands.GROUPS] == [
+        "models", "inspect", "check", "convert", "run/serve", "trust", "ship", "help"]
+
+
+def help_sections(text):
+    """{group title: [command names]} in the order `apr --help` prints them."""
+    sections, current = {}, None
+    for line in text.splitlines():
+        if line.endswith(":") and not line.startswith(" ") and line[:-1] in {
+                g.title for g in commands.GROUPS}:
+            current = sections.setdefault(line[:-1], [])
+        elif current is not None and line.startswith("  ") and not line.startswith("   "):
+            current.append(line.split()[0])
+        elif not line.strip():
+            current = None
+    return sections
 
 
 def test_help_lists_every_command_without_importing_any():
@@ -61,11 +91,15 @@ def test_help_lists_every_command_without_importing_any():
     assert done.stdout.strip() == "[]"
     code, out, err = apr("--help")
     assert code == 0, err
-    listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ")
-              and not line.startswith("      ")]
-    want = [name for module in cli_main.command_modules()
-            for name, help_line in registered(module).items() if help_line]
-    assert listed == want + ["help"]
+    sections = help_sections(out)
+    assert list(sections) == [g.title for g in commands.GROUPS]
+    for group in commands.GROUPS:
+        assert sections[group.title] == [c.name for c in group.commands], group.title
+    listed = [name for names in sections.values() for name in names]
+    assert sorted(listed) == sorted(commands.COMMANDS)          # each exactly once
+    for command in commands.COMMANDS.values():
+        label = command.name + "".join(" ({})".format(a) for a in command.aliases)
+        assert "  " + label + " " in out, label
     assert apr("help") == (0, out, "")
 
 

@@ -33,10 +33,6 @@ from .. import backends
 from .common import emit_json, resolve_model
 from .context_args import kv_line
 
-COMMANDS = {
-    "bench": "prefill/decode speed, TTFT, load time and peak RSS, optionally against "
-        "llama.cpp and torch",
-}
 
 RUNTIMES = ("apr", "llama.cpp", "torch")
 # What the prompt is, stated in every report: `apr run` applies a chat model's template by

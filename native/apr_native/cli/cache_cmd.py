@@ -1,7 +1,9 @@
-"""`apr list` / `apr rm` / `apr cache info|clear`: the model cache (`$APR_CACHE/models`,
-seed 004 §2.5) and the models apr fetched by reference (`apr pull`, `hf://`, URLs).
+"""`apr list` / `apr rm` / `apr cache info|clear`: the built-in models (`demo`, ...), the
+model cache (`$APR_CACHE/models`, seed 004 §2.5) and the models apr fetched by reference
+(`apr pull`, `hf://`, URLs).
 
-`apr import SOURCE` without `-o` writes there; `apr list` shows what is cached and `apr rm
+`apr import SOURCE` without `-o` writes there; `apr list` shows the built-in models (where
+their files are, whether their packages are installed) and what is cached, and `apr rm
 NAME` removes one entry (a bare file name inside the cache: never a path outside it);
 `apr rm REF` removes a pulled reference's files (from the shared Hugging Face cache: a blob
 only when no other snapshot links to it). `apr cache info` shows the directories and their
@@ -19,15 +21,8 @@ from apr_core.atomic import sweep_stale
 from apr_core.errors import AprError, ErrorCode
 
 from ..config import models_dir, wants_json
+from .commands import help_line
 from .common import emit_json, human_bytes
-
-COMMANDS = {
-    "list": "list cached models ($APR_CACHE)",
-    "ls": None,
-    "rm": "remove a cached model",
-    "remove": None,
-    "cache": "the cache: info (directories, sizes), clear (pulled models, downloads)",
-}
 
 
 def entries() -> List[Dict[str, Any]]:
@@ -46,22 +41,38 @@ def entries() -> List[Dict[str, Any]]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from .. import hub_store
+    from .. import hub_store, real_models
+    builtin = real_models.describe()
     rows = entries()
     pulled = hub_store.entries()
+    joined = {os.path.basename(m["path"]): m["name"] for m in builtin if m["path"]}
+    for row in rows:        # a built-in model joined from its packages is cached here too
+        row["builtin"] = joined.get(row["name"])
     if wants_json(args):
-        emit_json({"cache": str(models_dir()), "models": rows, "pulled": pulled,
-                   "hf_cache": str(hub_store.hf_cache_dir())})
+        emit_json({"builtin": builtin, "cache": str(models_dir()), "models": rows,
+                   "pulled": pulled, "hf_cache": str(hub_store.hf_cache_dir())})
         return 0
+    print("built-in models:")
+    for model in builtin:
+        label = model["name"] + "".join(" ({})".format(a) for a in model["aliases"])
+        size = human_bytes(model["bytes"]) if model["bytes"] is not None else "?"
+        if not model["present"]:
+            where = "not installed: " + model["install"]
+        elif not os.path.exists(model["path"]):
+            where = model["path"] + "  (joined from its packages on first use)"
+        else:
+            where = model["path"]
+        print("  {:<30} {:>12}  {}".format(label, size, where))
+    print("pulled references:" if pulled else "pulled references: none")
     for row in pulled:
-        print("{:<40} {:>12}  {}{}".format(row["name"], human_bytes(row["bytes"]),
-                                           (row["revision"] or "")[:12],
-                                           "" if row["present"] else "  (files missing)"))
-    if not rows and not pulled:
-        print("no cached models in {}".format(models_dir()))
+        print("  {:<40} {:>12}  {}{}".format(row["name"], human_bytes(row["bytes"]),
+                                             (row["revision"] or "")[:12],
+                                             "" if row["present"] else "  (files missing)"))
+    print("cached models in {}:{}".format(models_dir(), "" if rows else " none"))
     for row in rows:
-        print("{:<40} {:>12}  {}".format(row["name"], human_bytes(row["bytes"]),
-                                         row["modified"]))
+        print("  {:<40} {:>12}  {}{}".format(
+            row["name"], human_bytes(row["bytes"]), row["modified"],
+            "  (built-in {})".format(row["builtin"]) if row["builtin"] else ""))
     return 0
 
 
@@ -93,14 +104,14 @@ def run_rm(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", aliases=["ls"], help="list cached models ($APR_CACHE)")
+    p = sub.add_parser("list", aliases=["ls"], help=help_line("list"))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_list)
-    p = sub.add_parser("rm", aliases=["remove"], help="remove a cached model")
+    p = sub.add_parser("rm", aliases=["remove"], help=help_line("rm"))
     p.add_argument("name", help="a cached model's name, or a pulled reference (apr list)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_rm)
-    p = sub.add_parser("cache", help=COMMANDS["cache"])
+    p = sub.add_parser("cache", help=help_line("cache"))
     p.add_argument("action", choices=["info", "clear"])
     p.add_argument("--models", action="store_true",
                    help="clear: also the imported models in $APR_CACHE/models")

@@ -31,7 +31,6 @@ from apr_core.stats import logical_tensors, tensor_stats, tensor_values
 from ..config import wants_json
 from .common import EXIT_OK, EXIT_VALIDATION, check_output, emit_json, resolve_model
 
-COMMANDS = {"canary": "regression canaries: tensor statistics snapshots"}
 
 MEAN_DRIFT = 0.10
 STD_DRIFT = 0.20

@@ -20,13 +20,10 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 from apr_core.errors import AprError, ErrorCode
 
+from .commands import help_line
 from .common import check_output, emit_json, human_bytes, parse_size, quiet, resolve_model
 from .render import print_table, wants_json
 
-COMMANDS = {
-    "compile": "pack a model and apr_core into one program: a Python zipapp (--target pyz) "
-        "that runs with only numpy, or a static web site (--target web)",
-}
 
 _URL_PREFIXES = ("http://", "https://")
 # options only some targets take: argparse dest -> flag; a builder module lists the ones
@@ -119,7 +116,7 @@ def _print_report(report: Dict[str, Any]) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from apr_native.compile import TARGETS
-    p = sub.add_parser("compile", help=COMMANDS["compile"], description=(
+    p = sub.add_parser("compile", help=help_line("compile"), description=(
         "Pack a model with apr_core into one program. --target pyz: a Python zipapp; "
         "`python model.pyz \"prompt\"` answers as `apr run MODEL \"prompt\" --chat` does, "
         "on any machine with Python 3.8+ and numpy. --target web: a folder any static file "

@@ -21,8 +21,6 @@ from ..config import wants_json
 from .common import check_output, emit_json, parse_size, resolve_model
 from .quantize_cmd import add_retype_arguments, progress_bar, run_conversion
 
-COMMANDS = {"convert": "convert between APR, GGUF and SafeTensors"}
-
 
 def transformed(args: argparse.Namespace, path: str) -> Optional[Any]:
     """A lazy view applying --prune/--prune-threshold, --lowrank or --expand-lowrank, or

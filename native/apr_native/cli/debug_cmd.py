@@ -25,11 +25,6 @@ from . import model_info
 from .common import EXIT_OK, emit_json, human_bytes, resolve_model
 from .render import console, wants_json
 
-COMMANDS = {
-    "debug": "what a file is, in plain words (--drama: as a play); --hex / --strings for raw "
-        "bytes",
-    "hex": "hex dump of a tensor's bytes (--tensor) or of the file",
-}
 
 # Bytes shown by --hex / apr hex (seed 000 §8 `hex_limit`).
 HEX_LIMIT = 256

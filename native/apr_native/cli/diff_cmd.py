@@ -24,7 +24,6 @@ from . import model_info
 from .common import emit_json, resolve_model
 from .render import console, print_table, progress, wants_json
 
-COMMANDS = {"diff": "compare two models tensor by tensor (any formats)"}
 
 MATCH_DELTA = 1e-6
 

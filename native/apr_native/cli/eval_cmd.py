@@ -17,8 +17,6 @@ from apr_core.errors import AprError, ErrorCode
 
 from .common import EXIT_OK, EXIT_VALIDATION, emit_json, quiet
 
-COMMANDS = {"eval": "perplexity on a local text file, as llama-perplexity computes it"}
-
 
 def _read_text(path: str) -> str:
     if not os.path.isfile(path):
@@ -36,7 +34,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from apr_core.runtime.perplexity import perplexity
     from .run_cmd import load
     text = _read_text(args.dataset)
-    model = load(args).model
+    engine = load(args)
+    model = engine.model
     tokenizer = model.tokenizer
     ids = tokenizer.encode(text, add_special=True, parse_special=False)
     show = not args.json and not quiet() and sys.stderr.isatty()
@@ -50,7 +49,7 @@ def run_eval(args: argparse.Namespace) -> int:
                         max_chunks=args.chunks, on_chunk=progress)
     if show:
         sys.stderr.write("\n")
-    result.update(model=args.model, dataset=args.dataset, backend=args.backend)
+    result.update(model=args.model, dataset=args.dataset, backend=engine.backend)
     code = EXIT_OK
     if args.max_ppl is not None and not (math.isfinite(result["ppl"])
                                          and result["ppl"] <= args.max_ppl):

@@ -21,7 +21,6 @@ from . import model_info
 from .common import EXIT_ARGS, emit_json, resolve_model
 from .render import console, wants_json
 
-COMMANDS = {"explain": "explain an error code, a model's architecture or a tensor"}
 
 # Common causes and first steps per code; descriptions come from THE error table.
 ERROR_HELP = {

@@ -29,7 +29,6 @@ from ..config import wants_json
 from .common import check_output, emit_json, human_bytes, resolve_model
 from .quantize_cmd import progress_bar
 
-COMMANDS = {"export": "export a model to SafeTensors or GGUF"}
 
 FORMATS = ("safetensors", "gguf", "apr")
 EXTENSIONS = {"safetensors": ".safetensors", "gguf": ".gguf", "apr": ".apr"}

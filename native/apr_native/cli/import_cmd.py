@@ -40,7 +40,6 @@ from ..pickle_safe import is_torch_file, open_torch
 from .common import check_output, emit_json
 from .quantize_cmd import progress_bar
 
-COMMANDS = {"import": "import SafeTensors, GGUF or PyTorch into APR"}
 
 REMOTE = re.compile(r"^(hf|https?|s3|gs)://")
 TORCH_EXTENSIONS = (".pt", ".pth", ".bin")

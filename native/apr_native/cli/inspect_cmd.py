@@ -22,11 +22,6 @@ from . import chat_template_arg, model_info
 from .common import emit_json, human_bytes, resolve_model
 from .render import console, histogram_lines, print_table, progress, wants_json
 
-COMMANDS = {
-    "inspect": "show a model file's header, metadata and tensor summary (reads the header "
-        "and index only)",
-    "tensors": "list tensors: name, dtype, shape, size; --stats / --hist decode them",
-}
 
 # Tokens shown by `inspect --vocab` without --full (seed 000 §8 `max_tokens_display`).
 MAX_TOKENS_DISPLAY = 20

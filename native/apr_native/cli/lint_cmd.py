@@ -21,7 +21,6 @@ from . import model_info
 from .common import EXIT_OK, EXIT_VALIDATION, emit_json, resolve_model
 from .render import console, wants_json
 
-COMMANDS = {"lint": "check naming, metadata, alignment and compression conventions"}
 
 ALIGNMENT = 64
 BIG_TENSOR = 1 << 20

@@ -20,8 +20,6 @@ from ..config import wants_json
 from .common import check_output, emit_json, resolve_model
 from .quantize_cmd import progress_bar
 
-COMMANDS = {"merge": "merge models: average, weighted, ties, dare, slerp"}
-
 
 def _weights(text: Optional[str], count: int) -> Optional[List[float]]:
     if text is None:

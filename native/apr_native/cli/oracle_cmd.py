@@ -24,7 +24,6 @@ from ..config import wants_json
 from .common import EXIT_OK, EXIT_VALIDATION, emit_json, resolve_model
 from .export_cmd import source_named
 
-COMMANDS = {"oracle": "check a model against its family contract"}
 
 # Contract size-variant keys -> ModelConfig fields.
 VARIANT_FIELDS = (("hidden_dim", "d_model"), ("num_layers", "n_layers"),

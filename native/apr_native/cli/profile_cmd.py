@@ -24,12 +24,9 @@ from typing import Any, Dict, List, Optional
 from apr_core.errors import AprError, ErrorCode
 
 from .. import backends
+from .commands import help_line
 from .common import EXIT_GENERAL, EXIT_OK, check_output, emit_json, human_bytes
 
-COMMANDS = {
-    "profile": "time per op kind and layer over a prefill and a decode, bytes, FLOPs and "
-        "a roofline verdict per op, a Chrome trace",
-}
 
 def _apply_threads(threads: int, backend: str) -> None:
     """Run numba's kernels on `threads` threads (the pool may already run: restart it)."""
@@ -183,7 +180,7 @@ def _print(result: Dict[str, Any]) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("profile", help=COMMANDS["profile"], description=(
+    p = sub.add_parser("profile", help=help_line("profile"), description=(
         "Profile a prefill and a greedy decode: time, bytes moved and FLOPs per op kind and "
         "layer, achieved GB/s and GFLOP/s against this machine's measured bandwidth and "
         "peak, a roofline verdict per op and a Chrome/Perfetto trace."))

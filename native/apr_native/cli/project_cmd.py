@@ -20,13 +20,8 @@ from typing import List
 from apr_core.errors import AprError, ErrorCode
 
 from ..config import wants_json
+from .commands import help_line
 from .common import EXIT_OK, EXIT_VALIDATION, emit_json
-
-COMMANDS = {
-    "lock": "pin apr.toml's models in apr.lock (--check: exit 5 when it changed)",
-    "tasks": "list the tasks of apr.toml",
-    "task": "run a task of apr.toml",
-}
 
 
 def run_lock(args: argparse.Namespace) -> int:
@@ -108,15 +103,15 @@ def run_task(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lock", help=COMMANDS["lock"])
+    p = sub.add_parser("lock", help=help_line("lock"))
     p.add_argument("--check", action="store_true",
                    help="exit 5 when a fresh resolution differs from apr.lock")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_lock)
-    p = sub.add_parser("tasks", help=COMMANDS["tasks"])
+    p = sub.add_parser("tasks", help=help_line("tasks"))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_tasks)
-    p = sub.add_parser("task", help=COMMANDS["task"])
+    p = sub.add_parser("task", help=help_line("task"))
     p.add_argument("name")
     p.add_argument("args", nargs=argparse.REMAINDER, help="appended to the task's command")
     p.set_defaults(func=run_task)

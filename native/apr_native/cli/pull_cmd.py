@@ -16,9 +16,8 @@ from apr_core.errors import AprError, ErrorCode
 from apr_core.refs import is_reference
 
 from ..config import wants_json
+from .commands import help_line
 from .common import emit_json, human_bytes
-
-COMMANDS = {"pull": "download a model by reference (hf://, https://) into the cache, verified"}
 
 
 def run_pull(args: argparse.Namespace) -> int:
@@ -62,7 +61,7 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pull", help=COMMANDS["pull"], description=__doc__.split("\n\n")[0])
+    p = sub.add_parser("pull", help=help_line("pull"), description=__doc__.split("\n\n")[0])
     p.add_argument("reference", metavar="REF",
                    help="hf://ORG/REPO[/PATH][@REV], hf://ORG/REPO:QUANT, https://URL, or "
                         "a model named in apr.toml")

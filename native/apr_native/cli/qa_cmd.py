@@ -19,13 +19,10 @@ import textwrap
 
 from apr_core.errors import AprError, ErrorCode
 
+from .commands import help_line
 from .common import EXIT_GENERAL, EXIT_OK, emit_json, quiet, resolve_model
 from .render import console, print_table, wants_json
 
-COMMANDS = {
-    "qa": "the release checklist: validation, signature, tokenizer, golden answer, "
-        "llama.cpp logits, perplexity, speed and memory gates",
-}
 
 STATUS_MARK = {"pass": "PASS", "fail": "FAIL", "skip": "skip"}
 
@@ -89,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .qa import CHECKS, DEFAULT_GOLDEN_EXPECT, DEFAULT_GOLDEN_PROMPT, DEFAULT_MAX_PPL
     from .run_cmd import add_runtime_arguments
     p = sub.add_parser(
-        "qa", help=COMMANDS["qa"], formatter_class=argparse.RawDescriptionHelpFormatter,
+        "qa", help=help_line("qa"), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run the release checklist on a model; exit 1 when a check fails.",
         epilog="checks:\n" + "\n".join(textwrap.fill(
             what, 88, initial_indent="  {:12s}".format(name), subsequent_indent=" " * 14)

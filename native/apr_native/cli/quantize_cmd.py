@@ -20,8 +20,6 @@ from apr_core.conversion.quality import QualityReport
 
 from .common import emit_json, human_bytes, parse_size, quiet, resolve_model
 
-COMMANDS = {"quantize": "quantize a model (plain type or llama.cpp file type)"}
-
 
 @contextlib.contextmanager
 def progress_bar(label: str) -> Iterator[Optional[Callable[[str, int, int], None]]]:

@@ -32,7 +32,6 @@ from . import canary_cmd
 from .common import EXIT_OK, EXIT_VALIDATION, check_output, emit_json, resolve_model
 from .diff_cmd import compare_models
 
-COMMANDS = {"rosetta": "universal format conversion and verification"}
 
 # Chain step spellings -> format names.
 STEP_FORMATS = {"st": "safetensors", "safetensors": "safetensors", "apr": "apr",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
+from apr_core.runtime.option_ranges import RANGES
 
 from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
@@ -16,27 +18,24 @@ from . import prompting
 from . import sampler_args
 from . import speculate_args
 from . import transcribe_run
+from .arg_parser import typed
+from .commands import help_line
 from .common import emit_json
 
-COMMANDS = {
-    "run": "generate text from a prompt",
-    "chat": "chat with a model (interactive, or one turn per stdin line)",
-}
 
-
-def load(args: argparse.Namespace, quick_start: bool = False) -> Engine:
-    """The engine for `args.model` with `--backend` / `--dequantize` (the same loader every
-    command and the server use); `args.backend` becomes the backend it chose.
+def load(args: argparse.Namespace, quick_start: bool = False,
+         model: Optional[str] = None) -> Engine:
+    """The engine for `model` (default `args.model`) with `--backend` / `--dequantize` (the
+    same loader every command and the server use); the backend it chose and its load time
+    are the engine's (`engine.backend`, `engine.load_seconds`).
     `quick_start` (run, chat): a short prompt's first token on the simd kernels while
     numba's load waits for the first decode step (`backends.select`)."""
-    engine = load_engine(args.model, EngineOptions(
+    engine = load_engine(args.model if model is None else model, EngineOptions(
         backend=args.backend, dequantize=args.dequantize,
         chat_template=chat_template_arg.option(args), context=context_args.options(args)),
         quick_start=quick_start and not getattr(args, "draft", None))
     chat_template_arg.check_run(args, engine.model)     # run/chat: a broken template, once
     context_args.report_kv(args, engine)
-    args.backend = engine.backend
-    args.load_seconds = engine.load_seconds
     return engine
 
 
@@ -54,7 +53,7 @@ def run_run(args: argparse.Namespace) -> int:
         prompting.warn_if_empty(args, engine.model, template, len(generation.token_ids))
         speculate_args.report(args, generation.speculative)
         result = generation.as_dict()
-        result["timings"]["load_s"] = round(args.load_seconds, 3)
+        result["timings"]["load_s"] = round(engine.load_seconds, 3)
         result["backend"] = engine.backend      # simd: the quick start never needed numba
         result["template"] = template
         cfg = engine.transformer.config
@@ -131,7 +130,9 @@ def run_chat(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
-    p.add_argument("-n", "--max-tokens", type=int, default=128)
+    p.add_argument("-n", "--max-tokens", type=typed(int, RANGES["max_tokens"]), default=128,
+                   help="most tokens to generate (default 128; {})".format(
+                       RANGES["max_tokens"]))
     sampler_args.add_arguments(p)
     p.add_argument("--system", help="system prompt (implies the chat template)")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
@@ -150,7 +151,7 @@ def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="generate text from a prompt", description=(
+    p = sub.add_parser("run", help=help_line("run"), description=(
         "Generate text from a prompt. A chat model's prompt goes through its own chat "
         "template by default (as one user turn); --raw completes the text as given; a "
         "model without a template is always completed raw."))
@@ -162,7 +163,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="one JSON object: text, token_ids, timings")
     transcribe_run.add_arguments(p)
     p.set_defaults(func=run_run)
-    p = sub.add_parser("chat", help="chat with a model (interactive, or one turn per stdin line)")
+    p = sub.add_parser("chat", help=help_line("chat"))
     _common(p)
     prompting.add_template_arguments(p)
     p.set_defaults(func=run_chat)

@@ -18,10 +18,6 @@ from apr_core.errors import AprError, ErrorCode
 
 from .common import EXIT_OK, EXIT_VALIDATION, check_output, emit_json
 
-COMMANDS = {
-    "trace": "follow a prompt through the model layer by layer: statistics, timing, "
-        "anomalies, a diff against another model",
-}
 
 DEFAULT_PROMPT = "The capital of France is"
 
@@ -38,8 +34,7 @@ def _top(model: Any, hidden_last: np.ndarray, count: int) -> List[Dict[str, Any]
 
 def _load(path: str, args: argparse.Namespace) -> Any:
     from .run_cmd import load
-    args.model = path
-    return load(args).model
+    return load(args, model=path).model
 
 
 def run_trace(args: argparse.Namespace) -> int:
@@ -58,7 +53,7 @@ def run_trace(args: argparse.Namespace) -> int:
         "anomalies": [{"step": s.name, "rule": rule} for s in steps for rule in s.anomalies],
     }
     if args.diff:
-        other = _load(args.diff, argparse.Namespace(**vars(args)))
+        other = _load(args.diff, args)
         if other.transformer.config.n_layers != model.transformer.config.n_layers:
             raise AprError(ErrorCode.ARGUMENT, "--diff needs a model with the same layers",
                            layers=model.transformer.config.n_layers,

@@ -18,8 +18,6 @@ from apr_core.formats.open import open_model
 from .common import emit_json, resolve_model
 from .render import console, wants_json
 
-COMMANDS = {"tree": "architecture tree from the tensor names"}
-
 
 def build(tensors: Dict[str, Any]) -> Dict[str, Any]:
     """{"name", "children": [...], "tensor": {dtype, shape} | None, "count": repeats}."""

@@ -26,16 +26,6 @@ from apr_core.io import open_source
 
 from .common import emit_json, resolve_model
 
-COMMANDS = {
-    "keygen": "create a key pair for signing and receiving encrypted models (KEY and KEY.pub)",
-    "sign": "sign an APR file with an Ed25519 key",
-    "verify": "check an APR file's signature (E006 when invalid)",
-    "encrypt": "encrypt an APR file's tensors (AES-256-GCM) for a password (Argon2id) or a "
-        "recipient's public key (X25519)",
-    "decrypt": "decrypt an encrypted APR file (E005 on a wrong password or key; nothing is "
-        "written then)",
-}
-
 
 def _read_text(path: str, what: str) -> str:
     try:

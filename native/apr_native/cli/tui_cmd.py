@@ -17,8 +17,6 @@ from apr_core.errors import AprError, ErrorCode
 
 from .common import check_output, resolve_model
 
-COMMANDS = {"tui": "terminal UI: graph, stats, histogram, compare and chat views"}
-
 
 def _view(args: argparse.Namespace) -> str:
     from ..tui import default_view

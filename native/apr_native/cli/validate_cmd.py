@@ -32,10 +32,6 @@ from . import model_info, quality_score
 from .common import EXIT_OK, EXIT_VALIDATION, emit_json, human_bytes, resolve_model
 from .render import console, progress, wants_json
 
-COMMANDS = {
-    "validate": "verify checksums and structure, decode every tensor; optional "
-        "NaN/zero/shape/statistics checks and a 100-point score",
-}
 
 # Thresholds of the pre/post comparison (seed 000 §4.8.4), on weights.
 MAX_MEAN_DRIFT, MAX_DRIFT, MIN_COSINE = 0.1, 0.5, 0.99

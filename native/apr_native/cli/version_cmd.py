@@ -13,8 +13,8 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .. import __version__
+from .commands import help_line
 
-COMMANDS = {"version": "versions, kernel backend and CPU/GPU features (for bug reports)"}
 
 # CPU feature -> the /proc/cpuinfo flags that provide it (any of them).
 SIMD_FLAGS = {"avx2": ("avx2",), "avx512": ("avx512f",), "vnni": ("avx512_vnni", "avx_vnni")}
@@ -153,7 +153,7 @@ def run_version(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("version", help=COMMANDS["version"],
+    p = sub.add_parser("version", help=help_line("version"),
                        description="apr's version, Python/numpy/numba versions, the kernel "
                        "backend `auto` picks, the CPU's SIMD level and whether CUDA or a "
                        "wgpu adapter is usable (same as `apr --version`).")

@@ -21,7 +21,6 @@ from apr_core.refs import is_reference
 
 from .common import emit_json, human_bytes
 
-COMMANDS = {"web": "serve the browser demo and a model directory locally"}
 
 MODEL_SUFFIXES = (".apr", ".gguf", ".safetensors")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.(apr|safetensors)\Z")
