@@ -46,7 +46,7 @@ def run_kernel(kernels, data, name, shape, x, first=0, last=None, relaxed=False)
     tokens, cols = x.shape
     rows, nb = shape[0], cols // 32
     layout, at = {}, 1 << 16
-    for key, size in (("w", data.nbytes), ("x", x.nbytes), ("xq", tokens * nb * 128),
+    for key, size in (("w", data.nbytes), ("x", x.nbytes), ("xq", tokens * nb * (128 + 8)),
                       ("sc", tokens * nb * 8), ("s16", tokens * nb * 8),
                       ("y", tokens * rows * 4), ("acc", tokens * 16), ("macc", tokens * 16)):
         layout[key] = at

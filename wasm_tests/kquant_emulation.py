@@ -1,6 +1,7 @@
 """The float32 arithmetic of the shell's block kernels (web/src/kernels/matmul_k.c, exact, and
-matmul_r.c, relaxed SIMD over int8 activations) replayed in numpy, from the GGUF block
-layouts as ggml's reference `dequantize_row_*` loops read them (not from the kernel):
+matmul_r.c, relaxed SIMD over activations rounded to int16 codes held as two int8 terms)
+replayed in numpy, from the GGUF block layouts as ggml's reference `dequantize_row_*` loops
+read them (not from the kernel):
 integer codes, per-sub-block scales and mins, then the kernel's steps in its order.
 wasm_tests/test_kquant_kernel.py holds the kernel to this bit for bit, and this to gguf-py's
 dequantization within a derived bound.
@@ -144,19 +145,24 @@ def dequantized(data, name, shape):
 
 
 def int8_activations(x):
-    """matmul_r.c's quantize_x8: x `[T, cols]` -> qx `[T, nb, 32]` (integers -127..127, as
-    float64), dx = max|x| / 127 `[T, nb]` and the sums of the rounded x, f32(sum qx) * dx,
-    `[T, nb, 2]` over columns 0..15 and 16..31 and `[T, nb]` over all 32 (float32)."""
+    """matmul_r.c's quantize_x8: x `[T, cols]` -> c = 256 q1 + q2 `[T, nb, 32]` (integers,
+    q1 = nearest(x * 127 / max|x|) in -127..127, q2 = nearest of its residual times 256, at
+    most 127; as float64), d = (max|x| / 127) / 256 `[T, nb]` (x ~ d c) and the sums of the
+    rounded x, f32(sum c) * d, `[T, nb, 2]` over columns 0..15 and 16..31 and `[T, nb]` over
+    all 32 (float32)."""
     xb = x.reshape(x.shape[0], -1, 32)
     amax = np.abs(xb).max(axis=2)
     inv = np.zeros_like(amax)
     np.divide(f32(127), amax, out=inv, where=amax > 0)
-    qx = np.rint(xb * inv[..., None])                                # float32, then nearest
-    dx = amax / f32(127)
-    isum = qx.reshape(qx.shape[0], -1, 2, 16).sum(axis=3)             # exact integers
-    halves = isum.astype(f32) * dx[..., None]
-    total = isum.sum(axis=2).astype(f32) * dx
-    return qx.astype(np.float64), dx, halves, total
+    xs = xb * inv[..., None]                                         # float32
+    q1 = np.rint(xs)
+    q2 = np.minimum(np.rint((xs - q1) * f32(256)), 127)                # exact float32 steps
+    c = q1 * 256 + q2                                                # exact integers
+    d = (amax / f32(127)) * f32(2.0 ** -8)
+    isum = c.reshape(c.shape[0], -1, 2, 16).sum(axis=3)               # exact integers
+    halves = isum.astype(f32) * d[..., None]
+    total = isum.sum(axis=2).astype(f32) * d
+    return c.astype(np.float64), d, halves, total
 
 
 def emulate(data, name, shape, x, relaxed=False):
@@ -166,9 +172,9 @@ def emulate(data, name, shape, x, relaxed=False):
     sub = scale.shape[-1]
     tokens = x.shape[0]
     part = lambda a: a.reshape(a.shape[0], nb, sub, 32 // sub).astype(np.int64)  # noqa: E731
-    if relaxed:   # the mins meet the rounded x's sums
+    if relaxed:   # the mins meet the rounded x's sums; sums below 2^28, rounded to float32
         qx, dx, halves, total = int8_activations(x)                        # [T, nb, 32] ...
-        s = np.einsum("rbsk,tbsk->trbs", part(codes), part(qx)).astype(f32)  # exact integers
+        s = np.einsum("rbsk,tbsk->trbs", part(codes), part(qx)).astype(f32)
         sums = total[..., None] if sub == 1 else halves
     else:
         xh, xl, dx, total = split_activations(x)                           # [T, nb, 32] ...

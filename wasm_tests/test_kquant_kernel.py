@@ -1,5 +1,5 @@
 """The shell's block kernels over GGUF bytes as stored (web/src/kernels/matmul_k.c, exact, and
-matmul_r.c, relaxed SIMD over int8 activations: Q4_0 ... Q6_K), under wasmtime.
+matmul_r.c, relaxed SIMD over two int8 activation terms: Q4_0 ... Q6_K), under wasmtime.
 
 Oracles:
 * gguf-py's dequantization (llama.cpp's own Python package): the replay's reading of each block
@@ -7,7 +7,8 @@ Oracles:
 * `kquant_emulation.emulate`: the kernel's float32 steps in numpy; the kernel equals it bit for
   bit on random blocks of every type and on Qwen2.5's real Q5_0 / Q4_K / Q6_K tensors;
 * x @ W.T in float64 with gguf-py's weights: the replay stays within a bound derived from the
-  activations' residual (the int16 split's, or the int8 rounding's) and float32 rounding.
+  activations' residual (the int16 split's, or the relaxed kernel's int16 codes') and float32
+  rounding.
 Chromium runs the same binary (test_browser_model.py's Qwen case).
 """
 import os
@@ -58,20 +59,37 @@ def test_kernel_equals_its_float32_replay(kernels, name, tokens, relaxed):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), np.abs(got - want).max()
 
 
+# Activations whose codes reach the ends of their ranges: q1 = +-127 (q2 = 0); and, with
+# max|x| = 127 (step 1), exact ties x = k + 1/2 that round q1 to even, leaving residuals of
+# +-1/2: q2 = -128 and 128 held as 127, c from -32384 to 32512 (the largest sums).
+SIGNS = np.where(np.arange(256) % 2 == 0, 1.0, -1.0)
+EXTREME_X = [SIGNS, np.where(np.arange(256) % 32 == 0, 127.0,
+                             SIGNS * np.where(np.arange(256) % 4 < 2, 126.5, 3.5))]
+
+
 def test_relaxed_kernel_meets_the_extremes_of_its_operands(kernels):
-    """Q8_0 bytes -128 and 127 and activations at +-127 after rounding (the largest pair sums
-    a pmaddubsw meets), Q6_K codes 0 and 63: still the replay, bit for bit."""
-    for name, byte in (("Q8_0", 0x80), ("Q8_0", 0x7F), ("Q6_K", 0xFF), ("Q6_K", 0x00)):
+    """Q8_0 bytes -128 and 127 and activation codes at their ends (the largest pair sums a
+    pmaddubsw meets, the largest integer sums), Q6_K codes 0 and 63: still the replay, bit
+    for bit."""
+    from kquant_emulation import int8_activations
+    ends = int8_activations(EXTREME_X[1].astype(np.float32)[None, :])[0]
+    assert ends.min() == -126 * 256 - 128 and ends.max() == 127 * 256
+    assert {-128, 127} <= set((ends - 256 * np.round(ends / 256)).ravel().tolist())
+    for (name, byte), x in [(case, x) for case in (("Q8_0", 0x80), ("Q8_0", 0x7F), ("Q6_K", 0xFF),
+                                                   ("Q6_K", 0x00)) for x in EXTREME_X]:
         data = random_blocks(name, 4, 256, seed=byte)
         blocks = data.reshape(4, -1, LAYOUT[name][1])
         codes = slice(2, 34) if name == "Q8_0" else slice(0, 192)
         blocks[..., codes] = byte
-        x = np.where(np.arange(256) % 2 == 0, 1.0, -1.0).astype(np.float32)[None, :]
+        x = x.astype(np.float32)[None, :]
         got = run_kernel(kernels, data, name, (4, 256), x, relaxed=True)
         want = emulate(data, name, (4, 256), x, relaxed=True)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, byte)
-        assert np.abs(got - x.astype(np.float64) @ dequantized(data, name, (4, 256)).T).max() \
-            <= 1e-5 * np.abs(dequantized(data, name, (4, 256))).sum()
+        # within a whole step d of each column (these x are ties) plus float32 rounding
+        w = dequantized(data, name, (4, 256))
+        step = np.repeat(int8_activations(x)[1].astype(np.float64), 32, axis=1)
+        assert (np.abs(got - x.astype(np.float64) @ w.T)
+                <= step @ np.abs(w).T + 1e-5 * np.abs(x.astype(np.float64)) @ np.abs(w).T).all()
 
 
 @KERNELS
@@ -91,7 +109,7 @@ def error_bound(data, name, shape, x, relaxed=False):
 
     Exact kernel: the int16 split's residual meets the codes (|scale q|) and the exact sums
     meet the mins. Relaxed kernel: codes and mins both meet the rounded x (x W^T becomes
-    x^ W^T), so the int8 rounding's residual meets the whole weight |w|. Plus float32 rounding
+    x^ W^T), so the int16 codes' residual meets the whole weight |w|. Plus float32 rounding
     of (2 nb + 40) sequential steps over sum (|scale q| + |min|) max(|x|, |x^|)."""
     codes, scale, mins = codes_and_scales(data, name, shape)
     rows, nb, _ = codes.shape
@@ -126,10 +144,10 @@ def test_replay_stays_within_the_derived_bound(name, relaxed):
     error = np.abs(emulate(data, name, shape, x, relaxed) - x.astype(np.float64)
                    @ gguf_weights(data, name, shape).T)
     assert (error <= bound).all(), float((error / bound).max())
-    if relaxed:  # each column rounds to at most half of its block's step dx = max|x| / 127
-        _, dx, _, _ = int8_activations(x)
+    if relaxed:  # each column rounds to at most half of its block's step d = max|x| / 32512
+        _, d, _, _ = int8_activations(x)  # (a whole step at exact ties, which these x lack)
         weights = np.abs(dequantized(data, name, shape))
-        half_steps = np.repeat(dx.astype(np.float64) / 2, 32, axis=1) @ weights.T
+        half_steps = np.repeat(d.astype(np.float64) / 2, 32, axis=1) @ weights.T
         rounding = (2 * (shape[1] // 32) + 40) * 1.01 * U * scale
         assert (bound <= half_steps * (1 + 1e-6) + rounding).all()
     else:  # tight enough to mean something

@@ -56,12 +56,13 @@ def error_bound(data, dtype, shape, x):
 
 
 @pytest.mark.real_model
+@pytest.mark.parametrize("relaxed", [False, True], ids=["exact", "relaxed"])
 @pytest.mark.parametrize("name, tokens", CASES)
-def test_quant_kernel_equals_its_float32_emulation(kernels, smollm2_path, name, tokens):
+def test_quant_kernel_equals_its_float32_emulation(kernels, smollm2_path, name, tokens, relaxed):
     data, dtype, shape = gguf_tensor(smollm2_path, name)
     x = activations(tokens, shape[1], seed=len(name) + tokens)
-    got = run_kernel(kernels, data, dtype.name, shape, x)
-    want = emulate(data, dtype.name, shape, x)
+    got = run_kernel(kernels, data, dtype.name, shape, x, relaxed=relaxed)
+    want = emulate(data, dtype.name, shape, x, relaxed=relaxed)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
         np.abs(got - want).max()
 

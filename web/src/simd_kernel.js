@@ -4,10 +4,11 @@
  *  - kernels/matmul_k.c: matmuls straight over GGUF blocks as stored (Q4_0, Q4_1, Q5_0, Q5_1,
  *    Q8_0, Q2_K ... Q6_K), so a weight is held once, at its file size, and the activation
  *    split they read (quantize_x); apr_native builds the same file natively (backend "simd");
- *  - kernels/matmul_r.c: the same matmuls on relaxed SIMD over int8 activations (its own
- *    quantize_x8; 1.2-3.5x the exact kernels' speed per call in Chromium), rounding x as
- *    llama.cpp does (to 1/254 of its 32-column block's largest value, where the exact split
- *    keeps ~2^-31): used where the browser has relaxed SIMD, unless the page asks for `exact`;
+ *  - kernels/matmul_r.c: the same matmuls on relaxed SIMD over activations rounded to one
+ *    int16 code a column held as two int8 terms (its own quantize_x8: to 2^-16 of a 32-column
+ *    block's largest value, where the exact split keeps ~2^-31; llama.cpp's one int8 term
+ *    flips SmolLM2's first answer token): used where the browser has relaxed SIMD, unless
+ *    the page asks for `exact`;
  *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once).
  * All of them import one memory created here (shared, with helper threads, where the page is
  * cross-origin isolated). Weights are placed in that memory once (apr_webplace streams a model's blocks there
@@ -62,7 +63,7 @@ export class SimdMatmul {
     this.threads = threads;
     this.isolated = isolated;
     this.helpers = [];
-    /** "relaxed" (matmul_r.c over int8 activations) or "exact" (matmul_k.c). */
+    /** "relaxed" (matmul_r.c over two int8 activation terms) or "exact" (matmul_k.c). */
     this.precision = modules[2] ? "relaxed" : "exact";
     this.reset();
   }
@@ -82,7 +83,7 @@ export class SimdMatmul {
     this.control = new Int32Array(memory.buffer, CONTROL, JOB.INTS);
     this.f32 = f32.exports.matmul;
     this.sums16 = blocks.exports.sums16;
-    if (relaxedModule) {  // same arguments; x8 and its sums fit the split's scratch
+    if (relaxedModule) {  // same arguments; its codes and sums fit the scratch (_compute)
       const relaxed = new WebAssembly.Instance(relaxedModule, env);
       this.quantizeX = relaxed.exports.quantize_x8;
       this.blocks = relaxed.exports.matmul_r;
@@ -206,7 +207,9 @@ export class SimdMatmul {
     const { list, total, quantized } = this.plans[planId];
     const nb = cols >> 5;
     const xBytes = T * cols * 4;
-    const xqBytes = quantized ? T * nb * 128 : 0;
+    // per 32-column block: the exact split's 64 int16 (128 bytes), or the relaxed kernel's
+    // codes (q1, q2, c: 128 bytes) and, after all blocks, their two int32 sums
+    const xqBytes = quantized ? T * nb * (128 + 8) : 0;
     const scBytes = quantized ? T * nb * 8 : 0;   // sc, then the same again for sums16
     // acc and macc: one f32x4 per token, per thread, each on cache lines of its own (the
     // kernels store them at every block: threads sharing a line slowed each other down)

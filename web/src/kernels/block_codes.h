@@ -53,6 +53,17 @@ INLINE void set_codes(Block* k, v128_t lo, v128_t hi, int off) {
   k->off = off;
 }
 
+/* A decoded block's signed codes u - off (columns 0..15, 16..31: they fit signed bytes) ->
+ * the four i16x8 vectors. */
+INLINE void widen_codes(Block* k) {
+  v128_t off = wasm_i8x16_splat((int8_t)k->off);
+  v128_t lo = wasm_i8x16_sub(k->u[0], off), hi = wasm_i8x16_sub(k->u[1], off);
+  k->c[0] = wasm_i16x8_extend_low_i8x16(lo);
+  k->c[1] = wasm_i16x8_extend_high_i8x16(lo);
+  k->c[2] = wasm_i16x8_extend_low_i8x16(hi);
+  k->c[3] = wasm_i16x8_extend_high_i8x16(hi);
+}
+
 INLINE uint32_t load_u16(const uint8_t* p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 INLINE uint32_t load_u32(const uint8_t* p) { return load_u16(p) | (load_u16(p + 2) << 16); }
 

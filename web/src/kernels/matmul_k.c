@@ -15,7 +15,8 @@
  * WebAssembly has no FMA and this file is built with -ffp-contract=off, so the kernel equals
  * a float32 replay of these steps bit for bit (wasm_tests/test_kquant_kernel.py).
  *
- * The block layouts and their decoders are in block_codes.h (shared with matmul_r.c).
+ * The block layouts, their decoders and the codes' widening to int16 are in block_codes.h
+ * (shared with matmul_r.c).
  * Build: scripts/build_wasm_kernels.py (zig cc, wasm32 with SIMD128).
  */
 #include "block_codes.h"
@@ -53,18 +54,6 @@ void quantize_x(const float* x, int nb, int T, int16_t* xq, float* sc) {
   }
 }
 
-/* A decoded block's signed codes u - off (columns 0..15, 16..31: they fit signed bytes) ->
- * the four i16x8 vectors. */
-INLINE void widen_codes(Block* k) {
-  v128_t off = wasm_i8x16_splat((int8_t)k->off);
-  v128_t lo = wasm_i8x16_sub(k->u[0], off), hi = wasm_i8x16_sub(k->u[1], off);
-  k->c[0] = wasm_i16x8_extend_low_i8x16(lo);
-  k->c[1] = wasm_i16x8_extend_high_i8x16(lo);
-  k->c[2] = wasm_i16x8_extend_low_i8x16(hi);
-  k->c[3] = wasm_i16x8_extend_high_i8x16(hi);
-}
-
-
 /* Four rows' codes c[from..from+count) against xh and xl: s per row (lane), float32:
  * f32(sum q*xh) + f32(sum q*xl) * 2^-15, the integer sums exact. */
 INLINE v128_t block_sums(const Block* k, const int16_t* xh, int from, int count) {
@@ -84,7 +73,6 @@ INLINE v128_t block_sums(const Block* k, const int16_t* xh, int from, int count)
   v128_t low = wasm_f32x4_convert_i32x4(reduce4(il[0], il[1], il[2], il[3]));
   return wasm_f32x4_add(high, wasm_f32x4_mul(low, wasm_f32x4_splat(0x1p-15f)));
 }
-
 
 /* One kind's rows [first, last), four at a time (group_rows): `acc` and `macc` are [T]
  * f32x4 scratch, one lane per row. */

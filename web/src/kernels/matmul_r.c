@@ -4,34 +4,47 @@
  * with WebAssembly relaxed SIMD (simd_kernel.js loads this module only where it validates,
  * and uses matmul_k.c elsewhere or when the page asks for the exact kernels).
  *
- * Math: every 32-column block of x is quantized to int8 as llama.cpp quantizes activations
- * for its own integer dots (Q8_0): dx = max|x| / 127, qx = nearest(x * (127 / max|x|)) in
- * -127..127 (quantize_x8), with the integer sum of each 16-column half. A block's code bytes u (0..63 for every type but Q8_0: a
- * valid 7-bit operand) meet qx in `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one instruction per
- * 16 columns, where matmul_k.c widens codes to int16 and takes two int16 dots. For such
- * operands every engine computes the exact dot (its only freedom is how it reads a second
- * operand with the top bit set; on x86 a pmaddubsw, whose pair sums stay below 2^15 here).
- * Q8_0's signed bytes w are split as w = (w & 127) - 128 (w < 0). Per sub-block (32 columns,
- * or 16 for Q2_K, Q3_K and Q6_K), in float32 and in this order:
- *     s    = f32(sum u*qx - off * sum qx)      (Q8_0: sum (w & 127) qx - 128 sum (w < 0) qx)
- *     acc  = acc + s * (scale * dx)
- *     macc = macc + min * (f32(sum qx over the sub-block) * dx)   (types with an offset only)
+ * Activations: every 32-column block of x is rounded to one int16 code per column, held as
+ * two int8 terms, c = 256 q1 + q2 (quantize_x8): dx = max|x| / 127, q1 = nearest(x * (127 /
+ * max|x|)) in -127..127 (llama.cpp's Q8_0 rounding of activations), q2 = nearest of its
+ * residual times 256, at most 127 (-128..127), so x ~ (dx / 256) c, off by at most
+ * dx / 512 = max|x| / 65024 per column (dx / 256 where q1's rounding was an exact tie and
+ * q2 = 128 is held as 127). q1 alone (llama.cpp's rounding, this kernel's first
+ * version) flips SmolLM2's near-tie first token of "What is the capital of France?" (a 0.08
+ * logit gap) from "The capital of France is Paris." to "L'Étoile, la Marseillaise, ..."; the
+ * residual term keeps `apr run`'s answer.
+ * Dots: a block's code bytes u (0..63 for every type but Q8_0: a valid 7-bit operand) meet q1
+ * and q2 in `i32x4.relaxed_dot_i8x16_i7x16_add_s`, one instruction per 16 columns and term,
+ * where matmul_k.c widens codes to int16 and takes four int16 dots; for such operands every
+ * engine computes the exact dot (its only freedom is how it reads a second operand with the
+ * top bit set; on x86 a pmaddubsw, whose pair sums stay below 2^15 here). Q8_0's signed bytes
+ * are widened to int16 and meet c in `i32x4.dot_i16x8_s` (four dots, not the eight relaxed
+ * ones that its sign would take). Per sub-block (32 columns, or 16 for Q2_K, Q3_K and Q6_K),
+ * with d = dx / 256, in float32 and in this order:
+ *     s    = f32(256 sum u*q1 + sum u*q2 - off * sum c)    (Q8_0: f32(sum w*c))
+ *     acc  = acc + s * (scale * d)
+ *     macc = macc + min * (f32(sum c over the sub-block) * d)   (types with an offset only)
  *     y    = acc - macc (K-quants) or acc + macc (Q4_1, Q5_1)
  * The mins meet the same rounded x as the codes (as llama.cpp's Q8_1 sums do): with the exact
  * sum of x instead, the rounding errors of the unsigned codes' common part (q = 0..15 around
- * a min near -8 d) no longer cancel, which moved SmolLM2's logits 20x further.
- * The integer sums are exact, so the kernel equals a float32 replay of these steps bit for
- * bit (wasm_tests/test_kquant_kernel.py); its error against the float product is x's
- * rounding to qx (at most dx / 2 per column: llama.cpp's own) plus float32 rounding.
+ * a min near -8 d) no longer cancel. The integer sums are exact (|sum| < 2^28; the float32
+ * conversion rounds them, as the replay does), so the kernel equals a float32 replay of these
+ * steps bit for bit (wasm_tests/test_kquant_kernel.py); its error against the float product
+ * is x's rounding to c (at most d / 2 per column, d at ties) plus float32 rounding.
  * Build: scripts/build_wasm_kernels.py (zig cc, wasm32 with SIMD128 and relaxed SIMD).
  */
 #include "block_codes.h"
 
-/* x [T, nb * 32] f32 -> x8 [T, nb, 32] int8 followed by isum [T, nb, 2] int32 (the sums of
- * qx over columns 0..15 and 16..31), and sc [T, nb, 2] f32: dx, then f32(sum qx) * dx. */
+/* Bytes of one 32-column block's activation codes: q1 [32] and q2 [32] int8, then c [32]
+ * int16 (simd_kernel.js sizes its scratch for this, plus the sums). */
+#define CODE_BYTES 128
+
+/* x [T, nb * 32] f32 -> x8 [T, nb, CODE_BYTES] (q1, q2, c per block) followed by isum
+ * [T, nb, 2] int32 (the sums of c over columns 0..15 and 16..31), and sc [T, nb, 2] f32:
+ * d = dx / 256, then f32(sum c) * d. */
 EXPORT("quantize_x8")
 void quantize_x8(const float* x, int nb, int T, int8_t* x8, float* sc) {
-  int32_t* isum = (int32_t*)(x8 + 32 * nb * T);
+  int32_t* isum = (int32_t*)(x8 + CODE_BYTES * nb * T);
   for (int i = 0; i < nb * T; i++) {
     const float* v = x + 32 * i;
     float amax = 0.0f;
@@ -40,52 +53,63 @@ void quantize_x8(const float* x, int nb, int T, int8_t* x8, float* sc) {
       amax = a > amax ? a : amax;
     }
     v128_t inv = wasm_f32x4_splat(amax > 0.0f ? 127.0f / amax : 0.0f);
-    v128_t q[8];
+    v128_t q1[8], q2[8], c[8];
 #pragma clang loop unroll(full)
     for (int j = 0; j < 8; j++) {  /* nearest, then saturating: NaN becomes 0, never a trap */
-      q[j] = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(v + 4 * j), inv)));
+      v128_t xs = wasm_f32x4_mul(wasm_v128_load(v + 4 * j), inv);
+      v128_t high = wasm_f32x4_nearest(xs);   /* xs - high is exact, |.| <= 1/2 */
+      q1[j] = wasm_i32x4_trunc_sat_f32x4(high);
+      q2[j] = wasm_i32x4_min(wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(
+          wasm_f32x4_mul(wasm_f32x4_sub(xs, high), wasm_f32x4_splat(256.0f)))), wasm_i32x4_splat(127));
+      c[j] = wasm_i32x4_add(wasm_i32x4_shl(q1[j], 8), q2[j]);
     }
-    v128_t lo = wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(q[0], q[1]), wasm_i16x8_narrow_i32x4(q[2], q[3]));
-    v128_t hi = wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(q[4], q[5]), wasm_i16x8_narrow_i32x4(q[6], q[7]));
-    wasm_v128_store(x8 + 32 * i, lo);
-    wasm_v128_store(x8 + 32 * i + 16, hi);
-    v128_t s0 = wasm_i32x4_add(wasm_i32x4_add(q[0], q[1]), wasm_i32x4_add(q[2], q[3]));
-    v128_t s1 = wasm_i32x4_add(wasm_i32x4_add(q[4], q[5]), wasm_i32x4_add(q[6], q[7]));
+    int8_t* out = x8 + CODE_BYTES * i;
+#pragma clang loop unroll(full)
+    for (int h = 0; h < 2; h++) {  /* the narrowings are exact: every value fits */
+      wasm_v128_store(out + 16 * h, wasm_i8x16_narrow_i16x8(
+          wasm_i16x8_narrow_i32x4(q1[4 * h], q1[4 * h + 1]), wasm_i16x8_narrow_i32x4(q1[4 * h + 2], q1[4 * h + 3])));
+      wasm_v128_store(out + 32 + 16 * h, wasm_i8x16_narrow_i16x8(
+          wasm_i16x8_narrow_i32x4(q2[4 * h], q2[4 * h + 1]), wasm_i16x8_narrow_i32x4(q2[4 * h + 2], q2[4 * h + 3])));
+      wasm_v128_store(out + 64 + 32 * h, wasm_i16x8_narrow_i32x4(c[4 * h], c[4 * h + 1]));
+      wasm_v128_store(out + 80 + 32 * h, wasm_i16x8_narrow_i32x4(c[4 * h + 2], c[4 * h + 3]));
+    }
+    v128_t s0 = wasm_i32x4_add(wasm_i32x4_add(c[0], c[1]), wasm_i32x4_add(c[2], c[3]));
+    v128_t s1 = wasm_i32x4_add(wasm_i32x4_add(c[4], c[5]), wasm_i32x4_add(c[6], c[7]));
     isum[2 * i] = wasm_i32x4_extract_lane(s0, 0) + wasm_i32x4_extract_lane(s0, 1) +
                   wasm_i32x4_extract_lane(s0, 2) + wasm_i32x4_extract_lane(s0, 3);
     isum[2 * i + 1] = wasm_i32x4_extract_lane(s1, 0) + wasm_i32x4_extract_lane(s1, 1) +
                       wasm_i32x4_extract_lane(s1, 2) + wasm_i32x4_extract_lane(s1, 3);
-    sc[2 * i] = amax / 127.0f;
+    sc[2 * i] = (amax / 127.0f) * 0x1p-8f;
     sc[2 * i + 1] = (float)(isum[2 * i] + isum[2 * i + 1]) * sc[2 * i];
   }
 }
 
 #define DOT(a, b, c) wasm_i32x4_relaxed_dot_i8x16_i7x16_add(a, b, c)
 
-/* Q8_0: a block's signed bytes w -> u = w & 127 (in place) and neg = (w < 0), both 7-bit. */
-INLINE void split_signed(Block* k, v128_t neg[2]) {
-#pragma clang loop unroll(full)
-  for (int j = 0; j < 2; j++) {
-    neg[j] = wasm_u8x16_shr(k->u[j], 7);
-    k->u[j] = wasm_v128_and(k->u[j], wasm_u8x16_splat(127));
-  }
+/* One term's codes (a: columns 0..15, 16..31) against a row's code bytes u over columns
+ * 16 h .. 16 h + 15 (h = 0, 1) or all 32 (h = 2): i32x4 partial sums. */
+INLINE v128_t term_dot(const v128_t* a, const v128_t* u, int h) {
+  v128_t zero = wasm_i32x4_splat(0);
+  if (h == 0) return DOT(a[0], u[0], zero);
+  if (h == 1) return DOT(a[1], u[1], zero);
+  return DOT(a[1], u[1], DOT(a[0], u[0], zero));
 }
 
-/* Four rows' exact integer sums over columns 16 h .. 16 h + 15 (h = 0, 1) or, with h = 2,
- * over all 32 columns, against a0 (qx columns 0..15) and a1 (16..31): lane r is row r's
- * sum u * qx (Q8_0: minus 128 times its negative weights' qx) less off * `isum`. */
-INLINE v128_t block_sums(int kind, const Block* k, v128_t neg[4][2], v128_t a0, v128_t a1,
-                         int h, int32_t isum) {
+/* Four rows' exact integer sums over columns 16 h .. 16 h + 15 (h = 0, 1) or all 32 (h = 2)
+ * against the block's activation codes `q` (q1 columns 0..15, 16..31, then q2 the same) and
+ * `c` (int16, columns 0..31 in four vectors): lane r is row r's 256 sum u q1 + sum u q2 less
+ * off * `isum` (Q8_0: sum w c, its codes widened to int16). */
+INLINE v128_t block_sums(int kind, const Block* k, const v128_t q[4], const v128_t c[4], int h,
+                         int32_t isum) {
   v128_t d[4];
-  v128_t zero = wasm_i32x4_splat(0);
 #pragma clang loop unroll(full)
   for (int r = 0; r < 4; r++) {
-    if (h == 0) d[r] = DOT(a0, k[r].u[0], zero);
-    else if (h == 1) d[r] = DOT(a1, k[r].u[1], zero);
-    else d[r] = DOT(a1, k[r].u[1], DOT(a0, k[r].u[0], zero));
     if (kind == Q8_0) {
-      v128_t n = DOT(a1, neg[r][1], DOT(a0, neg[r][0], zero));
-      d[r] = wasm_i32x4_sub(d[r], wasm_i32x4_shl(n, 7));
+      d[r] = wasm_i32x4_add(
+          wasm_i32x4_add(wasm_i32x4_dot_i16x8(k[r].c[0], c[0]), wasm_i32x4_dot_i16x8(k[r].c[1], c[1])),
+          wasm_i32x4_add(wasm_i32x4_dot_i16x8(k[r].c[2], c[2]), wasm_i32x4_dot_i16x8(k[r].c[3], c[3])));
+    } else {
+      d[r] = wasm_i32x4_add(wasm_i32x4_shl(term_dot(q, k[r].u, h), 8), term_dot(q + 2, k[r].u, h));
     }
   }
   v128_t s = reduce4(d[0], d[1], d[2], d[3]);
@@ -99,9 +123,8 @@ INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* s
                     int T, int first, int last) {
   int sixteen = sixteen_columns(kind), mins = has_mins(kind);
   int stride = row_bytes(kind, nb);
-  const int32_t* isum = (const int32_t*)(x8 + 32 * nb * T);
+  const int32_t* isum = (const int32_t*)(x8 + CODE_BYTES * nb * T);
   Block k[4];
-  v128_t neg[4][2];
   const uint8_t* row[4];
   int at[4];
   for (int g = 0; g < group_count(first, last); g++) {
@@ -113,7 +136,7 @@ INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* s
 #pragma clang loop unroll(full)
       for (int i = 0; i < 4; i++) {
         decode(kind, row[i], b, &k[i]);
-        if (kind == Q8_0) split_signed(&k[i], neg[i]);
+        if (kind == Q8_0) widen_codes(&k[i]);
       }
       v128_t scale0 = lanes(k, 0, 0);
       v128_t scale1 = sixteen ? lanes(k, 0, 1) : scale0;
@@ -121,13 +144,19 @@ INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* s
       v128_t min1 = mins && sixteen ? lanes(k, 1, 1) : scale0;
       for (int t = 0; t < T; t++) {
         int at = t * nb + b;
-        v128_t a0 = wasm_v128_load(x8 + 32 * at), a1 = wasm_v128_load(x8 + 32 * at + 16);
-        v128_t dx = wasm_f32x4_splat(sc[2 * at]);
+        const int8_t* codes = x8 + CODE_BYTES * at;
+        v128_t q[4], c[4];
+#pragma clang loop unroll(full)
+        for (int j = 0; j < 4; j++) {
+          if (kind == Q8_0) c[j] = wasm_v128_load(codes + 64 + 16 * j);
+          else q[j] = wasm_v128_load(codes + 16 * j);
+        }
+        v128_t d = wasm_f32x4_splat(sc[2 * at]);
         if (sixteen) {
-          v128_t s0 = wasm_f32x4_convert_i32x4(block_sums(kind, k, neg, a0, a1, 0, isum[2 * at]));
-          v128_t s1 = wasm_f32x4_convert_i32x4(block_sums(kind, k, neg, a0, a1, 1, isum[2 * at + 1]));
-          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(s0, wasm_f32x4_mul(scale0, dx)));
-          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(s1, wasm_f32x4_mul(scale1, dx)));
+          v128_t s0 = wasm_f32x4_convert_i32x4(block_sums(kind, k, q, c, 0, isum[2 * at]));
+          v128_t s1 = wasm_f32x4_convert_i32x4(block_sums(kind, k, q, c, 1, isum[2 * at + 1]));
+          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(s0, wasm_f32x4_mul(scale0, d)));
+          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(s1, wasm_f32x4_mul(scale1, d)));
           if (mins) {
             float sum0 = (float)isum[2 * at] * sc[2 * at], sum1 = (float)isum[2 * at + 1] * sc[2 * at];
             macc[t] = wasm_f32x4_add(macc[t], wasm_f32x4_mul(min0, wasm_f32x4_splat(sum0)));
@@ -135,8 +164,8 @@ INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* s
           }
         } else {
           int32_t both = isum[2 * at] + isum[2 * at + 1];
-          v128_t s = wasm_f32x4_convert_i32x4(block_sums(kind, k, neg, a0, a1, 2, both));
-          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(s, wasm_f32x4_mul(scale0, dx)));
+          v128_t s = wasm_f32x4_convert_i32x4(block_sums(kind, k, q, c, 2, both));
+          acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(s, wasm_f32x4_mul(scale0, d)));
           if (mins) macc[t] = wasm_f32x4_add(macc[t], wasm_f32x4_mul(min0, wasm_f32x4_splat(sc[2 * at + 1])));
         }
       }
