@@ -25,8 +25,6 @@ from . import context_args
 from . import speculate_args
 from .common import parse_size, quiet, resolve_model
 
-COMMANDS = {"serve": "serve a model over an OpenAI-compatible HTTP API"}
-
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
