@@ -7,25 +7,47 @@ Binds to 127.0.0.1 unless told otherwise; an API key (`--api-key` or APR_API_KEY
 /v1/* with `Authorization: Bearer KEY` and is what to use on any other address. The model
 is loaded by the same `Engine` as `apr run` (backend, mmap); requests are decoded together
 by continuous batching over a paged KV cache of `--kv-memory` bytes.
+
+Sampling fields a request leaves out take the model's recommendation, else llama-server's
+defaults; `--temp/--top-k/--top-p/--min-p/--repeat-penalty` (llama-server's flags)
+override both (apr_core/runtime/sampling_defaults.py). The log on stderr names the
+listening URL, the loaded model and each request (`--log-format text|json|off`,
+server/server_log.py).
 """
 from __future__ import annotations
 
 import argparse
 import ipaddress
 import os
-import sys
-from typing import Any
+import socket
+from typing import Any, Dict, Tuple
 
 from apr_core.errors import AprError, ErrorCode
+from apr_core.runtime.sampling_defaults import BUILT_IN_VALUES
 
 from .. import backends
 from ..engine import DEFAULT_KV_MEMORY, EngineOptions
 from . import chat_template_arg
 from . import context_args
 from . import speculate_args
-from .common import parse_size, quiet, resolve_model
+from .common import parse_size, resolve_model
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+LOG_FORMATS = ("text", "json", "off")           # server/server_log.py's FORMATS
+
+# llama-server's flags for the sampling defaults: (flag, SamplerConfig field, type, help);
+# their ranges are the request fields' (server/schemas.py SAMPLING_RANGES)
+SAMPLING_FLAGS: Tuple[Tuple[str, str, type, str], ...] = (
+    ("--temp", "temperature", float, "temperature"),
+    ("--top-k", "top_k", int, "top-k (0 = off)"),
+    ("--top-p", "top_p", float, "top-p (nucleus mass)"),
+    ("--min-p", "min_p", float, "min-p (0 = off)"),
+    ("--repeat-penalty", "repetition_penalty", float, "repeat penalty (1 = off)"),
+)
+# the integer options: dest -> (flag, lowest, highest)
+LIMITS: Dict[str, Tuple[str, int, int]] = {
+    "port": ("--port", 1, 65535), "max_tokens": ("--max-tokens", 1, 1 << 20),
+    "max_queue": ("--max-queue", 1, 1 << 20), "max_batch": ("--max-batch", 1, 256)}
 
 
 def _is_loopback(host: str) -> bool:
@@ -42,27 +64,96 @@ def model_id_for(name: str) -> str:
     return os.path.basename(os.path.normpath(name)) if os.path.exists(name) else name
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def _out_of_range(flag: str, value: Any, low: Any, high: Any) -> AprError:
+    return AprError(ErrorCode.ARGUMENT, "{} {} is out of range: it takes {} to {}".format(
+        flag, value, low, high))
 
+
+def check_limits(args: argparse.Namespace) -> None:
+    """E011 naming the flag, the value and its range for an integer option out of range."""
+    for dest, (flag, low, high) in LIMITS.items():
+        value = getattr(args, dest)
+        if not low <= value <= high:
+            raise _out_of_range(flag, value, low, high)
+
+
+def sampling_flags(args: argparse.Namespace) -> Dict[str, Any]:
+    """The sampling defaults the flags set (SamplerConfig field -> value), each checked
+    against the range a request's field has (E011 naming flag, value and range)."""
+    from apr_native.server.schemas import SAMPLING_RANGES
+    out: Dict[str, Any] = {}
+    for flag, field, _, _ in SAMPLING_FLAGS:
+        value = getattr(args, "default_" + field)
+        if value is None:
+            continue
+        low, high = SAMPLING_RANGES[field]
+        if not low <= value <= high:
+            raise _out_of_range(flag, value, low, high)
+        out[field] = value
+    return out
+
+
+def table_sampling(name: str) -> Dict[str, Any]:
+    """What apr's table of built-in models recommends for `name` (a built-in name; a path
+    gets nothing from it)."""
+    from apr_native import real_models
+    model = real_models.MODELS.get(name)
+    return dict(model.sampling) if model is not None and not os.path.exists(name) else {}
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the model loads: a port in use is a coded error
+    at once, and the start line names an address that really answers."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as err:
+        raise AprError(ErrorCode.ARGUMENT, "--host {}: {}".format(host, err), value=host)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise AprError(ErrorCode.IO, "cannot listen on {}:{}: {} (another server there? "
+                       "--port picks another)".format(host, port, err.strerror or err),
+                       host=host, port=port)
+    return sock
+
+
+def url_of(host: str, port: int) -> str:
+    return "http://{}:{}".format("[{}]".format(host) if ":" in host else host, port)
+
+
+def _uvicorn(app: Any, args: argparse.Namespace, sock: socket.socket) -> int:
+    """uvicorn on the bound socket; its access log is off (ServerLog writes one line per
+    request instead)."""
+    import uvicorn
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
     from apr_native.server.app import ServerSettings, create_app
     from apr_native.server.engine import ServingEngine
+    from apr_native.server.server_log import ServerLog
     from apr_native.server.speech_engine import is_speech_model
-    if not 1 <= args.max_tokens <= 1 << 20 or args.max_queue < 1 or not 0 < args.port < 65536 \
-            or not 1 <= args.max_batch <= 256:
-        raise AprError(ErrorCode.ARGUMENT, "--max-tokens, --max-queue, --max-batch and --port "
-                       "need positive values in range")
+    check_limits(args)
+    defaults = sampling_flags(args)
     kv_memory = parse_size(args.kv_memory)
+    log = ServerLog(args.log_format)
     api_key = args.api_key or os.environ.get("APR_API_KEY") or None
     if not _is_loopback(args.host) and not api_key:
-        print("apr: warning: serving on {} without --api-key: anyone who can reach it may "
-              "use it".format(args.host), file=sys.stderr)
+        log.warning("serving on {} without --api-key: anyone who can reach it may use "
+                    "it".format(args.host))
     path = resolve_model(args.model)
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
                               max_body=parse_size(args.max_body),
                               cors_origins=tuple(args.cors or ()))
     if is_speech_model(path):       # Whisper: OpenAI's audio routes (server/speech_app.py)
-        return _serve_speech(args, path, settings)
+        return _serve_speech(args, path, settings, log)
     template = chat_template_arg.option(args)
     # A template that cannot render would fail every chat request: refuse to start.
     chat_template_arg.check_before_serving(path, template)
@@ -74,43 +165,58 @@ def run_serve(args: argparse.Namespace) -> int:
     speculative = (lambda engine: speculate_args.config(args, engine)) \
         if args.speculate or args.draft else None
     engine = ServingEngine(path, args.model_id or model_id_for(args.model),
-                           options, max_queue=args.max_queue, speculative=speculative)
-    if not quiet():
-        print("apr: serving '{}' on http://{}:{}/v1 (GET /ready answers 200 once the model "
-              "is loaded)".format(engine.model_id, args.host, args.port), file=sys.stderr)
-    uvicorn.run(create_app(engine, settings), host=args.host, port=args.port,
-                log_level=args.log_level, timeout_graceful_shutdown=5)
-    return 0
+                           options, max_queue=args.max_queue, speculative=speculative,
+                           sampling_flags=defaults, table_sampling=table_sampling(args.model),
+                           log=log)
+    sock = listen_socket(args.host, args.port)
+    log.listening(url_of(args.host, args.port), engine.model_id,
+                  "; the API is under /v1, GET /ready answers 200 once it is loaded")
+    return _uvicorn(create_app(engine, settings), args, sock)
 
 
-def _serve_speech(args: argparse.Namespace, path: str, settings: Any) -> int:
+def _serve_speech(args: argparse.Namespace, path: str, settings: Any, log: Any) -> int:
     """A Whisper model: transcriptions on one worker thread (server/speech_engine.py)."""
-    import uvicorn
-
     from apr_native.server.speech_app import create_speech_app
     from apr_native.server.speech_engine import SpeechEngine
     engine = SpeechEngine(path, args.model_id or model_id_for(args.model),
-                          max_queue=args.max_queue)
-    if not quiet():
-        print("apr: serving speech model '{}' on http://{}:{}/v1/audio/transcriptions (GET "
-              "/ready answers 200 once the model is loaded)".format(
-                  engine.model_id, args.host, args.port), file=sys.stderr)
+                          max_queue=args.max_queue, log=log)
+    sock = listen_socket(args.host, args.port)
+    log.listening(url_of(args.host, args.port), engine.model_id,
+                  "; POST /v1/audio/transcriptions, GET /ready answers 200 once it is "
+                  "loaded")
     app = create_speech_app(engine, settings, max_upload=parse_size(args.max_upload))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                timeout_graceful_shutdown=5)
-    return 0
+    return _uvicorn(app, args, sock)
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, as argparse's
+    ArgumentDefaultsHelpFormatter does, except where the text already names it; an unset
+    default reads "not set" (the help says what then happens) and a flag's "off"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS \
+                or "default" in text:
+            return text
+        shown = "not set" if action.default is None else \
+            "off" if action.default is False else "%(default)s"
+        return "{} (default: {})".format(text, shown)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
+                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or APR_API_KEY)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (anything but loopback wants --api-key)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*, /props "
+                   "and /metrics (default: $APR_API_KEY, else no key)")
     p.add_argument("--model-id", help="name clients use as 'model' (default: the file name "
                    "or built-in name)")
     p.add_argument("--max-tokens", type=int, default=512,
-                   help="cap on max_tokens per request (also the default)")
+                   help="cap on max_tokens per request, and what a request without one "
+                   "gets")
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for admission before 429s")
     p.add_argument("--max-batch", type=int, default=16,
@@ -122,13 +228,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("auto",) + backends.NAMES,
                    help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
     p.add_argument("--cors", action="append", metavar="ORIGIN",
-                   help="let web pages from ORIGIN call the API ('*' for any; repeatable)")
+                   help="let web pages from ORIGIN call the API ('*' for any; repeatable; "
+                   "default: no origin)")
     p.add_argument("--max-body", default="4M", help="largest request body (e.g. 64K, 4M)")
     p.add_argument("--max-upload", default="25M",
                    help="largest audio upload of a speech model (POST /v1/audio/...)")
     p.add_argument("--dequantize", action="store_true",
                    help="dequantize weights to f32 at load (faster decode, more memory)")
-    p.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+    for flag, field, kind, what in SAMPLING_FLAGS:
+        p.add_argument(flag, dest="default_" + field, type=kind,
+                       metavar=field.split("_")[-1].upper(),
+                       help="{} for requests that send none (default: the model's "
+                       "recommendation, else {})".format(what, BUILT_IN_VALUES[field]))
+    p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
+                   help="the log on stderr (start, model load, one line per request): "
+                   "text, json (one object per line) or off")
+    p.add_argument("--log-level", default="warning", choices=LOG_LEVELS,
+                   help="level of uvicorn's own messages")
     chat_template_arg.add_argument(p)
     speculate_args.add_arguments(p, verbose=False)
     context_args.add_arguments(p)

@@ -4,9 +4,11 @@
     uvicorn.run(app, host="127.0.0.1", port=8080)
 
 Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models,
-/v1/models/{id} (with the backend and context in `meta`), /health (alive, and the
-backend), /ready (503 until the model is loaded), /metrics (Prometheus). With an API key,
-/v1/* and /metrics want `Authorization: Bearer KEY`; the probes stay open for load
+/v1/models/{id} (with the backend, context and sampling defaults in `meta`), /props
+(llama-server's: `default_generation_settings`, the sampling a request gets for the
+fields it leaves out and where each value came from), /health (alive, and the backend),
+/ready (503 until the model is loaded), /metrics (Prometheus). With an API key, /v1/*,
+/props and /metrics want `Authorization: Bearer KEY`; the probes stay open for load
 balancers. `cors_origins` lets web pages on those origins call the API. The same app
 object runs under uvicorn (`apr serve`) or as Ray Serve replicas (examples/ray_serve.py).
 """
@@ -29,6 +31,7 @@ from .engine import ServingEngine
 from .errors import ApiError
 from .metrics import Metrics
 from .openai_format import Completion, embedding_list
+from .server_log import note_usage
 from .service import build_app, endpoint_wrapper, service_routes
 from .streaming import EventStream, Recorder, collect
 from .transcriptions import TASKS as AUDIO_ROUTES, not_a_speech_model
@@ -72,7 +75,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
     """The ASGI app serving `engine`. With `manage_engine` the app's lifespan starts the
     engine's worker (and its model load) and stops it on shutdown."""
     api_paths = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
-                 "/health", "/ready", "/metrics"]
+                 "/props", "/health", "/ready", "/metrics"]
     metrics = Metrics(api_paths, lambda: engine.queue_depth, lambda: 1 if engine.ready else 0,
                       engine.stats)
     endpoint = endpoint_wrapper(engine, settings.api_key)
@@ -86,7 +89,13 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         if model is not None:
             info["n_ctx_train"] = model.transformer.config.max_ctx
             info["n_vocab"] = model.transformer.config.n_vocab
+        if engine.sampling_defaults is not None:
+            info["sampling_defaults"] = engine.sampling_defaults.report()
         return info
+
+    def defaults() -> dict:
+        """SamplerConfig field -> value for the fields a request leaves out."""
+        return engine.sampling_defaults.values if engine.sampling_defaults else {}
 
     async def generate(request: Request, kind: str, req: Any,
                        prepare: Callable[[Any], list], param: str) -> Any:
@@ -99,6 +108,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         completion = Completion(kind, engine.model_id, model.tokenizer.token_bytes,
                                 engine.backend)
         tracker = RequestTracker(req.params.n, req.output, req.params.logprobs is not None)
+        note_usage(request.scope, lambda: (tracker.prompt_tokens, tracker.completion_tokens))
         recorder = Recorder(tracker, metrics, started)
         if req.params.stream:
             return EventStream(job, completion, recorder, req.params.include_usage)
@@ -106,13 +116,13 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
 
     async def chat(request: Request) -> Any:
         req = schemas.chat_request(await read_json(request, settings.max_body),
-                                   settings.max_tokens)
+                                   settings.max_tokens, defaults())
         return await generate(request, "chat", req,
                               lambda m: work.chat_ids(m, req.messages, req.output), "messages")
 
     async def completions(request: Request) -> Any:
         req = schemas.completion_request(await read_json(request, settings.max_body),
-                                         settings.max_tokens)
+                                         settings.max_tokens, defaults())
         return await generate(request, "text", req, lambda m: work.prompt_ids(m, req.prompt),
                               "prompt")
 
@@ -121,8 +131,18 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         check_model(req.model)
         result = await engine.run(work.embeddings(req.inputs))
         metrics.prompt_tokens.inc(result.prompt_tokens)
+        note_usage(request.scope, lambda: (result.prompt_tokens, 0))
         return JSONResponse(embedding_list(result.vectors, req.encoding_format,
                                            engine.model_id, result.prompt_tokens))
+
+    async def props(request: Request) -> Any:
+        """llama-server's GET /props: the generation settings a request starts from."""
+        config = engine.model.transformer.config
+        generation = dict(engine.sampling_defaults.report(), n_ctx=config.max_ctx,
+                            max_tokens=settings.max_tokens)
+        return JSONResponse({"default_generation_settings": generation,
+                             "model": engine.model_id, "total_slots": engine.options.max_batch,
+                             "backend": engine.backend})
 
     async def audio(request: Request) -> Any:
         raise not_a_speech_model(engine.model_id)     # Whisper models: speech_app.py
@@ -131,6 +151,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
         Route("/v1/embeddings", endpoint(embeddings), methods=["POST"]),
+        Route("/props", endpoint(props), methods=["GET"]),
         *(Route(path, endpoint(audio, needs_model=False), methods=["POST"])
           for path in AUDIO_ROUTES),
         *service_routes(engine, metrics, meta, endpoint),

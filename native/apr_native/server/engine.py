@@ -16,19 +16,19 @@ cancelled one (client gone) frees its KV blocks at once. The waiting queue is bo
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
+from apr_core.errors import AprError
 from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, GenerationRequest
+from apr_core.runtime.sampling_defaults import SamplingDefaults, read_recommended, resolve
 
 from ..engine import Engine, EngineOptions, load_engine
 from .errors import ApiError
-
-LOG = logging.getLogger("apr.server")
+from .server_log import ServerLog
 IDLE_WAIT_S = 0.5           # the engine thread's sleep with nothing to do (woken on work)
 RATE_WINDOW_S = 10.0        # tokens per second are averaged over this much recent time
 
@@ -78,10 +78,20 @@ class ServingEngine:
 
     def __init__(self, path: str, model_id: str, options: Optional[EngineOptions] = None,
                  max_queue: int = 64,
-                 speculative: Optional[Callable[[Engine], Any]] = None) -> None:
+                 speculative: Optional[Callable[[Engine], Any]] = None,
+                 sampling_flags: Optional[Dict[str, Any]] = None,
+                 table_sampling: Optional[Dict[str, Any]] = None,
+                 log: Optional[ServerLog] = None) -> None:
         """`speculative(engine)`: the SpeculativeConfig every request decodes with (built
-        on the engine thread once the model is loaded: a draft model loads there too)."""
+        on the engine thread once the model is loaded: a draft model loads there too).
+        `sampling_flags` (SamplerConfig field -> value): the operator's sampling defaults,
+        over the model's recommendation, over `table_sampling` (what apr's table of
+        built-in models recommends); the result is `sampling_defaults`, once loaded."""
         self.path = path
+        self.sampling_flags = dict(sampling_flags or {})
+        self.table_sampling = dict(table_sampling or {})
+        self.sampling_defaults: Optional[SamplingDefaults] = None
+        self.log = log or ServerLog()
         self._make_speculative = speculative
         self.speculative: Any = None
         self.model_id = model_id
@@ -208,13 +218,15 @@ class ServingEngine:
             self.engine.scheduler        # the block pool, before the first request
             if self._make_speculative is not None:
                 self.speculative = self._make_speculative(self.engine)
-            LOG.warning("apr: loaded %s in %.1f s; backend %s, max batch %d, KV %d blocks "
-                        "of %d tokens", self.model_id, self.engine.load_seconds,
-                        self.engine.backend, self.options.max_batch,
-                        self.engine.scheduler.pool.n_blocks, self.options.block_size)
+            self.sampling_defaults = resolve(self._recommended(), self.sampling_flags,
+                                             self.table_sampling)
+            self.log.loaded(self.model_id, self.engine.load_seconds, {
+                "backend": self.engine.backend, "max_batch": self.options.max_batch,
+                "kv_blocks": self.engine.scheduler.pool.n_blocks,
+                "block_tokens": self.options.block_size}, self.sampling_defaults.report())
         except Exception as err:    # whatever it was, /ready must say so, not hang
             self.load_error = "model failed to load: {}".format(err)
-            LOG.error("%s", self.load_error)
+            self.log.error(self.load_error)
         self._ready.set()
         if self.engine is None:
             return
@@ -235,6 +247,19 @@ class ServingEngine:
             if scheduler.has_work():
                 scheduler.step()
                 self._note_progress(scheduler.stats["generated_tokens"])
+
+    def _recommended(self) -> Dict[str, Any]:
+        """The model's recommended sampling; a side file that cannot be read costs the
+        recommendation (said in the log), not the server."""
+        try:
+            found = read_recommended(self.engine.path)     # the resolved file
+        except (AprError, OSError) as err:
+            self.log.warning("model sampling recommendation not read: {}".format(err))
+            return {}
+        if found.ignored:
+            self.log.warning("model sampling values out of range, not used: {}".format(
+                ", ".join("{}={!r}".format(k, v) for k, v in sorted(found.ignored.items()))))
+        return found.values
 
     def _note_progress(self, generated: int) -> None:
         now = time.perf_counter()

@@ -98,11 +98,13 @@ class EngineCollector(Collector):
 
 
 class MeasureMiddleware:
-    """ASGI middleware: every HTTP request is counted and timed to its last byte."""
+    """ASGI middleware: every HTTP request is counted and timed to its last byte, and
+    written to the server's log (`log`, a `server_log.ServerLog`) when there is one."""
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    def __init__(self, app: Any, metrics: Metrics, log: Any = None) -> None:
         self.app = app
         self.metrics = metrics
+        self.log = log
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -121,8 +123,11 @@ class MeasureMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
+            seconds = time.perf_counter() - start
             m.requests.labels(label, str(status[0])).inc()
-            m.latency.labels(label).observe(time.perf_counter() - start)
+            m.latency.labels(label).observe(seconds)
+            if self.log is not None:
+                self.log.scope_request(scope, status[0], seconds)
 
 
 __all__ = ["MeasureMiddleware", "Metrics", "LATENCY_BUCKETS"]

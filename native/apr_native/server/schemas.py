@@ -5,18 +5,21 @@ wrong JSON types and out-of-range numbers (`max_tokens`, `temperature`, `n`, ...
 here, before a request reaches the model queue. Unknown fields are ignored, as OpenAI's API
 does, because clients send extras such as `user`. vLLM's and llama-server's common
 extensions (`top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`, `ignore_eos`) are
-accepted too. Messages and the output fields (`response_format`, `tools`) have their own
-modules.
+accepted too. Sampling fields a request leaves out take the server's defaults (the
+model's recommendation, `apr serve --temp ...`, else llama-server's; see
+apr_core/runtime/sampling_defaults.py), never an unfiltered temperature 1.0. Messages
+and the output fields (`response_format`, `tools`) have their own modules.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union, List
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from apr_core.errors import AprError
 from apr_core.runtime.batching.request import MAX_TOP_LOGPROBS
 from apr_core.runtime.sampler_options import from_request
 from apr_core.runtime.sampling import SamplerConfig
+from apr_core.runtime.sampling_defaults import BUILT_IN_VALUES
 
 from .fields import Json, bad, flag, integer, is_int, number, unsupported
 from .messages import chat_messages
@@ -28,6 +31,14 @@ MAX_N = 16                      # choices per request
 MAX_LOGIT_BIAS = 300            # entries of `logit_bias` (OpenAI's limit)
 
 Prompt = Union[str, List[int]]
+
+# The sampling fields read with OpenAI's (vLLM's for the extensions) ranges, by
+# SamplerConfig field = request name: (low, high). `apr serve`'s default flags take the same.
+SAMPLING_RANGES: Dict[str, Tuple[float, float]] = {
+    "temperature": (0.0, 2.0), "top_p": (0.0, 1.0), "top_k": (0, 1 << 20),
+    "min_p": (0.0, 1.0), "repetition_penalty": (0.01, 10.0),
+    "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
+_UNSET = SamplerConfig()        # a field's value when neither request nor defaults give one
 
 
 @dataclass(frozen=True)
@@ -167,9 +178,11 @@ def _completion_logprobs(body: Json) -> Optional[int]:
     return integer(body, "logprobs", 0, 0, MAX_TOP_LOGPROBS)
 
 
-def generation_params(body: Json, max_tokens_cap: int, logprobs: Optional[int]
-                      ) -> GenerationParams:
-    """The sampling and length fields shared by chat and completions."""
+def generation_params(body: Json, max_tokens_cap: int, logprobs: Optional[int],
+                      defaults: Mapping[str, Any] = BUILT_IN_VALUES) -> GenerationParams:
+    """The sampling and length fields shared by chat and completions; a sampling field the
+    body leaves out takes its value from `defaults` (SamplerConfig field -> value: the
+    server's effective defaults, `sampling_defaults.resolve`)."""
     seed = body.get("seed")
     if seed is not None and not is_int(seed):
         raise bad("seed", "'seed' must be an integer")
@@ -178,21 +191,25 @@ def generation_params(body: Json, max_tokens_cap: int, logprobs: Optional[int]
         raise bad("stream_options", "'stream_options' must be an object")
     stream = flag(body, "stream")
     include_usage = flag(options or {}, "include_usage")
+
+    def sampled(key: str) -> Any:
+        low, high = SAMPLING_RANGES[key]
+        read = integer if key == "top_k" else number
+        return read(body, key, defaults.get(key, getattr(_UNSET, key)), low, high)
+
     params = GenerationParams(
         max_tokens=_max_tokens(body, max_tokens_cap),
-        temperature=number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=number(body, "top_p", 1.0, 0.0, 1.0),
+        temperature=sampled("temperature"), top_p=sampled("top_p"),
         stop=_stop(body), seed=seed,
-        presence_penalty=number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        frequency_penalty=number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        presence_penalty=sampled("presence_penalty"),
+        frequency_penalty=sampled("frequency_penalty"),
         stream=stream, include_usage=include_usage,
         n=integer(body, "n", 1, 1, MAX_N), logprobs=logprobs,
         logit_bias=_logit_bias(body), stop_ids=_token_ids(body, "stop_token_ids"),
         ignore_eos=flag(body, "ignore_eos"),
-        top_k=integer(body, "top_k", 0, 0, 1 << 20),
-        min_p=number(body, "min_p", 0.0, 0.0, 1.0),
-        repetition_penalty=number(body, "repetition_penalty", 1.0, 0.01, 10.0),
-        sampling=_sampling(body))
+        top_k=sampled("top_k"), min_p=sampled("min_p"),
+        repetition_penalty=sampled("repetition_penalty"),
+        sampling=_sampling(body, defaults))
     try:
         params.sampler()                     # every range checked before anything is queued
     except AprError as err:
@@ -205,18 +222,23 @@ _OPENAI_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "presence_penalty"
                     "frequency_penalty")
 
 
-def _sampling(body: Json) -> Tuple[Tuple[str, Any], ...]:
+def _sampling(body: Json, defaults: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+    """The option table's fields: the request's, else the defaults' (those not read
+    above, e.g. a model's recommended `penalty_last_n`)."""
+    fields = {key: value for key, value in defaults.items() if key not in SAMPLING_RANGES}
     try:
-        return tuple(sorted(from_request(body, skip=_OPENAI_SAMPLING).items()))
+        fields.update(from_request(body, skip=_OPENAI_SAMPLING))
     except AprError as err:
         raise bad(str(err.context.get("field", "sampling")), err.message)
+    return tuple(sorted(fields.items()))
 
 
 # ---------------------------------------------------------------------------- endpoints
 
-def chat_request(body: Json, max_tokens_cap: int) -> ChatRequest:
-    """POST /v1/chat/completions."""
-    params = generation_params(body, max_tokens_cap, _chat_logprobs(body))
+def chat_request(body: Json, max_tokens_cap: int,
+                 defaults: Mapping[str, Any] = BUILT_IN_VALUES) -> ChatRequest:
+    """POST /v1/chat/completions (`defaults`: see `generation_params`)."""
+    params = generation_params(body, max_tokens_cap, _chat_logprobs(body), defaults)
     return ChatRequest(_model(body), chat_messages(body), params, output_spec(body))
 
 
@@ -230,15 +252,17 @@ def _prompt(value: Any, param: str) -> Prompt:
     raise bad(param, "'{}' must be a non-empty string or list of token ids".format(param))
 
 
-def completion_request(body: Json, max_tokens_cap: int) -> CompletionRequest:
-    """POST /v1/completions (one prompt: a string, token ids, or a list holding one)."""
+def completion_request(body: Json, max_tokens_cap: int,
+                       defaults: Mapping[str, Any] = BUILT_IN_VALUES) -> CompletionRequest:
+    """POST /v1/completions (one prompt: a string, token ids, or a list holding one;
+    `defaults`: see `generation_params`)."""
     unsupported(body, "echo", (None, False))
     unsupported(body, "suffix", (None, ""))
     unsupported(body, "best_of", (None, 1))
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
-    params = generation_params(body, max_tokens_cap, _completion_logprobs(body))
+    params = generation_params(body, max_tokens_cap, _completion_logprobs(body), defaults)
     output = output_spec(body)
     if output.tools:
         raise bad("tools", "'tools' belong to /v1/chat/completions")
@@ -262,4 +286,4 @@ def embedding_request(body: Json) -> EmbeddingRequest:
 
 
 __all__ = ["ChatRequest", "CompletionRequest", "EmbeddingRequest", "GenerationParams",
-           "chat_request", "completion_request", "embedding_request", "generation_params"]
+           "SAMPLING_RANGES", "chat_request", "completion_request", "embedding_request", "generation_params"]

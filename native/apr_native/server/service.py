@@ -4,7 +4,8 @@ engine's lifespan, CORS and the request metrics; `app.py` (text models) and
 `speech_app.py` (Whisper) add their own routes on top.
 
 An engine here is anything with `model_id`, `created`, `backend`, `ready`, `load_error`,
-`start()` and `stop()`.
+`log` (its `server_log.ServerLog`, which every request is written to), `start()` and
+`stop()`.
 """
 from __future__ import annotations
 
@@ -106,9 +107,9 @@ async def _http_error(request: Request, exc: Exception) -> Any:
 
 def build_app(routes: List[Route], engine: Any, metrics: Metrics,
               cors_origins: Any, manage_engine: bool) -> Starlette:
-    """The Starlette app: `routes`, the request metrics, CORS for `cors_origins` (outermost:
-    preflights are answered before auth) and, with `manage_engine`, a lifespan that starts
-    the engine (its model load) and stops it."""
+    """The Starlette app: `routes`, the request metrics and log lines, CORS for
+    `cors_origins` (outermost: preflights are answered before auth) and, with
+    `manage_engine`, a lifespan that starts the engine (its model load) and stops it."""
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
         if manage_engine:
@@ -117,7 +118,7 @@ def build_app(routes: List[Route], engine: Any, metrics: Metrics,
         if manage_engine:
             engine.stop()
 
-    middleware = [Middleware(MeasureMiddleware, metrics=metrics)]
+    middleware = [Middleware(MeasureMiddleware, metrics=metrics, log=engine.log)]
     if cors_origins:
         middleware.insert(0, Middleware(
             CORSMiddleware, allow_origins=list(cors_origins),

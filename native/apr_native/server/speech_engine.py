@@ -23,6 +23,7 @@ import numpy as np
 from apr_core.errors import AprError
 
 from .errors import ApiError
+from .server_log import ServerLog
 
 
 def is_speech_model(path: str) -> bool:
@@ -43,8 +44,10 @@ def is_speech_model(path: str) -> bool:
 class SpeechEngine:
     """A Whisper model served from a single worker thread."""
 
-    def __init__(self, path: str, model_id: str, max_queue: int = 16) -> None:
+    def __init__(self, path: str, model_id: str, max_queue: int = 16,
+                 log: Optional[ServerLog] = None) -> None:
         self.path = path
+        self.log = log or ServerLog()
         self.model_id = model_id
         self.max_queue = max_queue
         self.model: Any = None
