@@ -16,12 +16,15 @@ SiLU-gated MLP; float32 activations and RoPE tables, caches of any KV type
 (`kv_rows`) whose head_dim the attention kernel handles. Up to
 `cpu.DOT_MAX_TOKENS` tokens the projections are integer dots, above it float products of
 dequantized rows, as `cpu.numba_matmul` chooses. Any other layer (LayerNorm, Gemma's extra
-norms, dense weights) runs the model's own `run_block`.
+norms, dense weights) runs the model's own `run_block`: `layer_gaps` names what forced it,
+in the family contracts' words, and it is logged once per model and reason (logger
+"apr.numba", level INFO), so the slow path is never taken silently.
 """
 from __future__ import annotations
 
+import logging
 import weakref
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 from numba import njit
@@ -33,6 +36,7 @@ from .cpu_fused import (attention_chunks, attention_into, kernel_caches, rms_row
                         NO_ROWS)
 from .fastexp import silu_mul_inplace
 
+LOG = logging.getLogger("apr.numba")
 F32 = np.float32
 _NO_BIAS = np.zeros(0, np.float32)
 
@@ -146,26 +150,57 @@ def _bias(linears) -> np.ndarray:
                            else np.asarray(l.bias, np.float32) for l in linears])
 
 
-def layer_plan(model: Any, block: Any) -> Optional[LayerPlan]:
-    """The plan of `block`, or None when `decoder_step` does not handle the layer."""
-    cfg, lin, norms = model.config, block.linears, block.norms
-    attn_norm, ffn_norm = norms.get("attn_norm"), norms.get("ffn_norm")
-    if block.q_norm is not None or block.k_norm is not None or cfg.act != "silu" or any(
-            norms.get(n) is not None for n in ("post_attn_norm", "post_ffn_norm")):
-        return None
-    if any(n is None or n.kind != "rms" or n.bias is not None for n in (attn_norm, ffn_norm)):
-        return None
+def _groups(block: Any) -> List[List[Any]]:
+    """The layer's projections as `decoder_step` runs them: qkv, o, gate + up, down."""
+    lin = block.linears
     qkv = [lin["qkv"]] if lin.get("qkv") is not None else [lin.get(n) for n in "qkv"]
-    gate, up, o, down = (lin.get(n) for n in ("gate", "up", "o", "down"))
-    if any(l is None for l in qkv + [gate, up, o, down]) or gate.shape != up.shape or \
-            gate.bias is not None or up.bias is not None:
+    return [qkv, [lin.get("o")], [lin.get("gate"), lin.get("up")], [lin.get("down")]]
+
+
+def layer_gaps(model: Any, block: Any) -> List[str]:
+    """What of `block` `decoder_step` lacks, each named as the family contracts name it: a
+    layer tensor role ("q_norm", "post_ffn_norm", "up_bias") or a constraint key
+    ("activation", "norm_type", "mlp_type"); "weights" when a projection is not
+    block-quantized in memory (`cpu.weight_table`: the file's dtype, not a contract
+    feature). Empty exactly when `layer_plan` plans the layer."""
+    cfg, lin, norms = model.config, block.linears, block.norms
+    gaps = [role for role, norm in (("q_norm", block.q_norm), ("k_norm", block.k_norm),
+                                    ("post_attn_norm", norms.get("post_attn_norm")),
+                                    ("post_ffn_norm", norms.get("post_ffn_norm")))
+            if norm is not None]
+    if cfg.act != "silu":
+        gaps.append("activation")
+    pre_norms = [norms.get("attn_norm"), norms.get("ffn_norm")]
+    if any(n is None or n.kind != "rms" for n in pre_norms):
+        gaps.append("norm_type")
+    gaps += [role + "_bias" for role, n in zip(("attn_norm", "ffn_norm"), pre_norms)
+             if n is not None and n.bias is not None]
+    if lin.get("gate") is None:
+        gaps.append("mlp_type")                   # an MLP without a gate (GPT-2's)
+    gaps += [role + "_bias" for role in ("gate", "up")
+             if lin.get(role) is not None and lin[role].bias is not None]
+    # the projections present (a missing gate is "mlp_type" above)
+    groups = [[l for l in group if l is not None] for group in _groups(block)]
+    if any(not group for group in groups) or \
+            any(cpu.weight_table(group) is None for group in groups):
+        gaps.append("weights")
+    elif sum(l.shape[0] for l in groups[0]) != cfg.q_dim + 2 * cfg.kv_dim or \
+            groups[1][0].shape[0] != cfg.d_model or groups[3][0].shape[0] != cfg.d_model or \
+            groups[2][0].shape != groups[2][-1].shape:
+        gaps.append("weights")                    # shapes no contract allows
+    return gaps
+
+
+def layer_plan(model: Any, block: Any) -> Optional[LayerPlan]:
+    """The plan of `block`, or None when `decoder_step` does not handle the layer (then
+    `layer_gaps` says why)."""
+    if layer_gaps(model, block):
         return None
-    tables = [cpu.weight_table(group) for group in (qkv, [o], [gate, up], [down])]
-    if any(table is None for table in tables):
-        return None
-    if sum(l.shape[0] for l in qkv) != cfg.q_dim + 2 * cfg.kv_dim or \
-            o.shape[0] != cfg.d_model or down.shape[0] != cfg.d_model:
-        return None
+    cfg, norms = model.config, block.norms
+    attn_norm, ffn_norm = norms["attn_norm"], norms["ffn_norm"]
+    groups = _groups(block)
+    qkv, o, down = groups[0], groups[1][0], groups[3][0]
+    tables = [cpu.weight_table(group) for group in groups]        # cached: no second build
     return LayerPlan(
         np.stack([attn_norm.weight, ffn_norm.weight]).astype(np.float32),
         np.array([attn_norm.eps, ffn_norm.eps], np.float32),
@@ -177,12 +212,25 @@ def layer_plan(model: Any, block: Any) -> Optional[LayerPlan]:
 # block -> (its plan or None,); forgotten with the block.
 _plans: "weakref.WeakKeyDictionary[Any, Tuple[Optional[LayerPlan]]]" = \
     weakref.WeakKeyDictionary()
+# model -> the fallback reasons already logged for it; forgotten with the model.
+_told: "weakref.WeakKeyDictionary[Any, Set[str]]" = weakref.WeakKeyDictionary()
+
+
+def _fall_back(model: Any, block: Any, why: str) -> None:
+    """Log, once per model and reason, that a layer runs the model's own `run_block`."""
+    told = _told.setdefault(model, set())
+    if why not in told:
+        told.add(why)
+        LOG.info("numba: layer %d of this %s model runs its own run_block, not the one-call "
+                 "layer, which lacks: %s", block.index, model.config.arch, why)
 
 
 def _plan_of(model: Any, block: Any) -> Optional[LayerPlan]:
     entry = _plans.get(block)
     if entry is None:
         entry = _plans[block] = (layer_plan(model, block),)
+        if entry[0] is None:
+            _fall_back(model, block, ", ".join(layer_gaps(model, block)))
     return entry[0]
 
 
@@ -202,6 +250,9 @@ def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, 
         cos, sin = tables[plan.rope_kind]                           # [T, rot/2] each
     caches = kernel_caches(k_cache, v_cache, model.config.head_dim)   # (kind, k, v bytes)
     if caches is None or cos.dtype != np.float32:
+        _fall_back(model, block, "KV cache rows of head_dim {} as {} (kernel_caches)".format(
+            model.config.head_dim, k_cache.dtype) if caches is None else
+            "RoPE tables as {}".format(cos.dtype))
         return fused.decoder_block(model, block, x, positions, cache, tables)
     slots, block_tables, block_slots = cache.kernel_view(t)
     cfg = model.config
@@ -231,4 +282,5 @@ def decoder_block(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, 
 # kind -> numba version (registered by apr_native.backends for backend "numba").
 KERNELS = {"decoder_block": decoder_block}
 
-__all__ = ["KERNELS", "decoder_block", "decoder_step", "layer_plan", "LayerPlan"]
+__all__ = ["KERNELS", "decoder_block", "decoder_step", "layer_gaps", "layer_plan",
+           "LayerPlan"]
