@@ -154,3 +154,17 @@ def test_a_file_without_recommendation_gets_llama_servers_defaults_under_the_fla
     assert settings["sources"] == {"min_p": "built-in", "repeat_penalty": "flags",
                                    "temperature": "built-in", "top_k": "flags",
                                    "top_p": "built-in"}
+
+
+def test_a_port_in_use_is_one_coded_line(smollm2_gguf, capsys):
+    pytest.importorskip("uvicorn", reason="uvicorn is a native dependency")
+    import socket
+    from apr_native.cli.main import main
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["serve", "demo", "--port", str(port)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "E007" in err[0]
+    assert "cannot listen on 127.0.0.1:{}: Address already in use".format(port) in err[0]
