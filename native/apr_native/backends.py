@@ -13,7 +13,8 @@ is the model's, never process-wide: two models in one process may use different 
 Model code is shared by every backend and never copied; weight types a backend lacks fall
 back to numpy's kernel.
 
-"simd" (never automatic, but where `apr run` / `apr chat` start: `quick_start`) runs the
+"simd" (never automatic, but where `apr run` / `apr chat` start: `quick_start`, and where
+they stay while numba's kernels compile in the background: `numba_warmup`) runs the
 browser's exact block kernels built natively (`apr_native.simd`) and numpy's fused kinds.
 "webgpu" (never automatic) runs the whole forward pass on a WebGPU device (`apr_native.gpu`;
 the CPU backend when there is no adapter, with the reason logged).
@@ -38,6 +39,7 @@ THREADS_ENV = "APR_THREADS"
 CUDA_EMULATE_ENV = "APR_CUDA_EMULATE"
 
 _registered: Dict[str, str] = {}     # backend -> the mode its kernels were registered in
+_compile_announced = False
 
 
 def _numba_ok() -> bool:
@@ -144,7 +146,9 @@ _REGISTER = {"numba": _register_numba, "cuda": _register_cuda, "simd": _register
 def select(name: Optional[str] = None, quick_start: bool = False) -> registry.Kernels:
     """The kernels of `name` (or $APR_BACKEND, or the best available); `.backend` names it.
     `quick_start` (one-shot commands: `apr run`, `apr chat`): with neither named, kernels
-    that start on "simd" and switch to numba before decoding (`simd.quick_start`).
+    that start on "simd" and switch to numba before decoding (`simd.quick_start`), or
+    stay on simd while numba's cache is cold. Where numba's kernels are about to compile
+    (minutes), one line on stderr says so.
 
     AprError(ARGUMENT) for an unknown name, AprError(UNSUPPORTED) when the named backend
     cannot run here (numba not installed, no CUDA device).
@@ -175,6 +179,7 @@ def select(name: Optional[str] = None, quick_start: bool = False) -> registry.Ke
         _REGISTER[wanted]()
         _registered[wanted] = mode
     if wanted == "numba":
+        _announce_numba_compile()
         from .kernels import pool
         from .numba_rows import UNIFORM_ROWS
         pool.prestart()          # its workers load their code while the model loads
@@ -185,17 +190,46 @@ def select(name: Optional[str] = None, quick_start: bool = False) -> registry.Ke
 def _quick_start() -> Optional[registry.Kernels]:
     """`QuickStartKernels` (simd, then numba) when numba would be chosen and the simd
     library is built; None otherwise (a missing library is built in the background for
-    the next start, never while this one waits)."""
+    the next start, never while this one waits). With numba's cache cold the kernels
+    are portable (simd for the whole run) and a missing library is built now: seconds,
+    where numba's compile takes minutes."""
     if os.environ.get(ENV) or not _numba_importable() or _cuda_driver_present():
         return None
-    from .simd.build import build_in_background, library
-    if library(build=False) is None:
+    from . import numba_cache, numba_warmup
+    from .simd.build import build_in_background, can_build, library
+    from .simd.quick_start import QuickStartKernels, announce
+    portable = not numba_cache.ready()
+    missing = library(build=False) is None
+    if missing and not (portable and can_build()):
         build_in_background()
-        return None
+        return None                             # numba's kernels (a cold compile says so)
+    if portable:
+        announce(building=missing, compiling_already=numba_warmup.running())
+        if missing and _build_simd() is None:
+            return None
     from .numba_rows import UNIFORM_ROWS
-    from .simd.quick_start import QuickStartKernels
     select("simd")                          # registers its kernels (once per process)
-    return QuickStartKernels(lambda: select("numba"), UNIFORM_ROWS)
+    return QuickStartKernels(lambda: select("numba"), UNIFORM_ROWS, portable)
+
+
+def _build_simd() -> Optional[str]:
+    """The simd library built now; None when the build failed (then numba's kernels)."""
+    from .simd.build import library
+    try:
+        return library()
+    except AprError:
+        return None
+
+
+def _announce_numba_compile() -> None:
+    """Say so, once per process, when numba's kernels are about to compile (its cache is
+    cold: a first run, a changed kernel source, another numba)."""
+    global _compile_announced
+    from . import numba_cache
+    if not _compile_announced and not numba_cache.ready():
+        _compile_announced = True
+        from .config import notice
+        notice("compiling numba's CPU kernels for this machine (once, ~2 min)")
 
 
 def _numba_importable() -> bool:

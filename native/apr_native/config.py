@@ -7,6 +7,7 @@
     log_level()           -> `APR_LOG_LEVEL`, else [defaults] log_level, else "info"
     color_enabled(tty)    -> `APR_COLOR` (always|never|auto), NO_COLOR, [defaults] color
     wants_json(args)      -> --json, or [defaults] output_format = "json"
+    notice(text)          -> "apr: TEXT" on stderr, unless APR_QUIET=1
 
 A config file that exists but is not valid TOML is an error (AprError ARGUMENT), never
 silently ignored: the user wrote it to change behaviour.
@@ -14,11 +15,11 @@ silently ignored: the user wrote it to change behaviour.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
 from apr_core.errors import AprError, ErrorCode
-
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -90,5 +91,13 @@ def wants_json(args: Any) -> bool:
         str(setting("defaults", "output_format", "text")).lower() == "json"
 
 
+def notice(text: str) -> None:
+    """One line on stderr about a wait or a one-time step (compiling kernels), so a long
+    pause is never silent. Unlike progress bars (which redraw, so only on a terminal) it
+    is printed piped too, as the CLI's other notes are; APR_QUIET=1 silences it."""
+    if os.environ.get("APR_QUIET") != "1":
+        print("apr: " + text, file=sys.stderr, flush=True)
+
+
 __all__ = ["settings", "setting", "cache_dir", "models_dir", "log_level", "color_enabled",
-           "wants_json", "config_path"]
+           "wants_json", "config_path", "notice"]

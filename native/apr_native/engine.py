@@ -37,10 +37,9 @@ def load_engine(name: str, options: Optional[EngineOptions] = None,
         from .mmap_source import open_mmap
         opener = open_mmap
     engine = Engine.open(path, options, kernels, opener, with_tokenizer)
-    if quick_start and kernels.backend == "simd" and options.backend is None:
-        from .simd.quick_start import suits
-        if not suits(engine.transformer):
-            kernels.upgrade()                        # numba's from the start
+    if quick_start and options.backend is None:
+        from .simd.quick_start import settle     # numba's now, or compiling in the background
+        settle(kernels, path, engine.transformer)
     return engine
 
 

@@ -90,13 +90,16 @@ def test_quick_start_only_where_every_projection_is_a_block_type(tmp_path, quant
 def test_starts_without_the_library_spawn_one_background_build(monkeypatch, tmp_path):
     """Every `apr run` before the library exists would otherwise start a compiler."""
     import subprocess
+    import types
     from apr_native.simd import build
     monkeypatch.setenv("APR_CACHE", str(tmp_path))
     started = []
-    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]))
+    job = types.SimpleNamespace(pid=12345)      # what the lock records
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or job)
     build.build_in_background()
     build.build_in_background()
     assert len(started) == 1 and started[0][-1] == str(tmp_path / "simd" / "building")
+    assert (tmp_path / "simd" / "building").read_text() == "12345"
     os.utime(started[0][-1], (0, 0))            # a build that died long ago: taken over
     build.build_in_background()
     assert len(started) == 2

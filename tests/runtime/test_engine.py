@@ -56,7 +56,7 @@ def apr(*args, backend_env=None):
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
-def test_run_reports_the_backend_it_chose(smollm2_gguf, how):
+def test_run_reports_the_backend_it_chose(smollm2_gguf, how, numba_ready):
     args = ["run", smollm2_gguf, PROMPT, "--raw", "-n", "2", "--json"]
     if how == "flag":
         assert apr(*args, "--backend", "numpy")["backend"] == "numpy"

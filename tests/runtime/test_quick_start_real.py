@@ -21,9 +21,9 @@ PROMPT = "Explain what a CPU does."
 
 
 @pytest.fixture(scope="module", autouse=True)
-def built_library():
-    """The simd library exists before the runs (a first start builds it in the background
-    and runs on numba meanwhile)."""
+def built_library(numba_ready):
+    """The simd library exists before the runs and numba's cache is ready (a machine's
+    first start runs on the simd kernels alone: test_first_run.py)."""
     from apr_native.simd.build import library
     assert library() is not None
 

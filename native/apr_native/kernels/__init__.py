@@ -6,11 +6,10 @@ imports them directly.
 numba's on-disk cache (`cache=True`, so CI and users compile once) stamps each function
 with its own source file only, so a kernel calling code from another file here would keep
 stale machine code after that file changed. The locators below stamp every function of
-this package with all of the package's sources instead.
+this package with all of the package's sources instead (`numba_cache.package_stamp`).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 
 # numba's OpenMP pool only dequantizes whole weights (`cpu.dequantize_rows`); matmuls and
@@ -22,19 +21,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from numba.core import caching  # noqa: E402
 
+from ..numba_cache import package_stamp  # noqa: E402
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _package_stamp() -> str:
-    digest = hashlib.sha256()
-    for name in sorted(os.listdir(_HERE)):
-        if name.endswith(".py"):
-            with open(os.path.join(_HERE, name), "rb") as handle:
-                digest.update(name.encode() + b"\0" + handle.read())
-    return digest.hexdigest()
-
-
-_STAMP = _package_stamp()
+_STAMP = package_stamp()     # numba_cache.ready() names its marker by the same stamp
 
 
 class _PackageStamp:

@@ -11,6 +11,7 @@ the one scripts/build_wasm_kernels.py uses for the browser's binaries), else `cc
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -18,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from typing import List, Optional
 
 from apr_core.errors import AprError, ErrorCode
@@ -27,9 +27,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ("matmul_k.c",)
 HEADERS = ("block_codes.h",)
 # FMA contraction off, as in the browser's build: the float32 steps stay the ones a numpy
-# replay computes (wasm_tests/kquant_emulation.py), bit for bit.
+# replay computes (wasm_tests/kquant_emulation.py), bit for bit. -nostdlib: the kernels
+# call nothing from libc or compiler-rt, and without it zig's first use on a machine
+# compiles its compiler-rt (~8 s of CPU) before the kernels (~2 s).
 FLAGS = ["-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-g0",
-         "-fvisibility=hidden"]
+         "-fvisibility=hidden", "-nostdlib"]
 BUILD_ENV = "APR_SIMD_BUILD"          # "never": use only a library already built
 BUILD_LOCK_S = 300                    # a background build older than this has died
 
@@ -48,7 +50,13 @@ def compiler() -> Optional[List[str]]:
     return [found] if found else None
 
 
-def _cpu() -> bytes:
+def can_build() -> bool:
+    """Whether `library()` may build: a compiler is there and APR_SIMD_BUILD is not "never"."""
+    return compiler() is not None and os.environ.get(BUILD_ENV) != "never"
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_signature() -> bytes:
     """What -march=native depends on: the CPU's model and feature flags."""
     try:
         with open("/proc/cpuinfo", "rb") as handle:
@@ -66,7 +74,7 @@ def _key(command: List[str]) -> str:
             digest.update(name.encode() + b"\0" + handle.read())
     with open(os.path.join(HERE, "wasm_simd128.h"), "rb") as handle:
         digest.update(handle.read())
-    digest.update(" ".join(FLAGS + command[1:]).encode() + _cpu())
+    digest.update(" ".join(FLAGS + command[1:]).encode() + cpu_signature())
     return digest.hexdigest()[:24]
 
 
@@ -89,26 +97,14 @@ def library(build: bool = True) -> Optional[str]:
 def build_in_background() -> None:
     """Start a build that outlives this process (the next start finds the library), unless
     another process started one in the last BUILD_LOCK_S seconds."""
+    from ..background import spawn_once
+    if can_build():
+        spawn_once(_lock(), ["apr_native.simd.build"], BUILD_LOCK_S)
+
+
+def _lock() -> str:
     from ..config import cache_dir
-    if compiler() is None or os.environ.get(BUILD_ENV) == "never":
-        return
-    lock = os.path.join(str(cache_dir()), "simd", "building")
-    os.makedirs(os.path.dirname(lock), exist_ok=True)
-    try:
-        if time.time() - os.path.getmtime(lock) < BUILD_LOCK_S:
-            return
-        os.unlink(lock)                         # a build that died: take over
-    except OSError:
-        pass
-    try:
-        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return                                  # another process got there first
-    subprocess.Popen([sys.executable, "-m", "apr_native.simd.build", lock],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True,
-                     env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                         [os.path.dirname(os.path.dirname(HERE))] + sys.path)))
+    return os.path.join(str(cache_dir()), "simd", "building")
 
 
 def _compile(command: List[str], path: str) -> None:
@@ -148,4 +144,5 @@ if __name__ == "__main__":                      # build_in_background's process
         print(library())
     finally:
         if len(sys.argv) > 1:
-            os.unlink(sys.argv[1])              # the lock it was started under
+            from ..background import release
+            release(sys.argv[1])                # the lock it was started under

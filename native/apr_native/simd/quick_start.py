@@ -10,6 +10,11 @@ load pays for itself). The switch happens at that fixed point of a generation, n
 a background load happens to finish, so a run's tokens do not depend on timing. Both
 compute the prompt to float32 precision (the simd kernels' exact activation split; numba's
 float products), and the scheduler prefills numba's `uniform_rows` from the start.
+
+When numba's cache is cold (a first run on this machine: compiling its kernels takes ~2
+minutes, the simd library seconds) the kernels are `portable`: the whole process stays on
+simd (decided before the first token, so again nothing depends on timing) while
+`numba_warmup` compiles numba's kernels in the background for later runs (`settle`).
 """
 from __future__ import annotations
 
@@ -24,18 +29,28 @@ QUICK_PROMPT_TOKENS = 48
 
 
 class QuickStartKernels(registry.Kernels):
-    """Backend "simd" until `upgrade`, then the kernels `load_fast()` returns."""
+    """Backend "simd" until `upgrade`, then the kernels `load_fast()` returns;
+    `portable`: simd for good (unless `switch`)."""
 
-    def __init__(self, load_fast: Callable[[], registry.Kernels], uniform_rows: int) -> None:
+    def __init__(self, load_fast: Callable[[], registry.Kernels], uniform_rows: int,
+                 portable: bool = False) -> None:
         super().__init__(BACKEND, uniform_rows)
         self._load_fast: Optional[Callable[[], registry.Kernels]] = load_fast
+        self.portable = portable
 
     def upgrade(self, prompt_tokens: Optional[int] = None) -> None:
-        if self._load_fast is None:
+        if self.portable:
             return
         if prompt_tokens is not None and prompt_tokens <= QUICK_PROMPT_TOKENS:
             return
+        self.switch()
+
+    def switch(self) -> None:
+        """numba's kernels from now on, whatever the mode (a model simd does not suit)."""
+        if self._load_fast is None:
+            return
         fast, self._load_fast = self._load_fast(), None
+        self.portable = False
         self.become(fast)
 
 
@@ -46,3 +61,29 @@ def suits(transformer: Any) -> bool:
     return bool(blocks) and all(linear is None or (linear.dtype.name in BLOCK_KINDS
                                                    and linear.weight is None)
                                 for block in blocks for linear in block.linears.values())
+
+
+def settle(kernels: registry.Kernels, model_path: str, transformer: Any) -> None:
+    """After the model loaded on quick-start kernels: a model the simd kernels do not suit
+    goes to numba's now; a portable run starts numba's background compile."""
+    if not isinstance(kernels, QuickStartKernels):
+        return
+    if not suits(transformer):
+        kernels.switch()
+    elif kernels.portable:
+        from ..numba_warmup import start
+        start(model_path)
+
+
+def announce(building: bool, compiling_already: bool) -> None:
+    """The one line a portable run prints (`building`: the simd library is built now)."""
+    from ..config import notice
+    if compiling_already:
+        notice("numba's CPU kernels are still compiling in the background (once); this run "
+               "uses the portable kernels%s" % (", built now (seconds)" if building else ""))
+    elif building:
+        notice("compiling the CPU kernels for this machine (once): the portable ones now "
+               "(seconds) for this run, numba's faster ones in the background (~2 min)")
+    else:
+        notice("compiling numba's CPU kernels for this machine in the background (once, "
+               "~2 min); this run uses the portable kernels")
