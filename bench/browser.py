@@ -2,7 +2,9 @@
 
 For each model (default: SmolLM2-135M Q4_1, Qwen2.5-Coder-0.5B Q4_K_M, Gemma-3-270M Q4_K_M):
 * apr: the shell (Pyodide 0.17 + numpy) with its WebAssembly SIMD kernels over the GGUF
-  blocks as stored, on every core (`threads`: the page is cross-origin isolated);
+  blocks as stored, on every core (`threads`: the page is cross-origin isolated): the page's
+  default kernels (`simd`: relaxed SIMD in Chromium), and each further setting of
+  `--kernels` (e.g. `simd,simd-exact`) on a page of its own; the ratios are the first's;
 * wllama (llama.cpp compiled to WebAssembly, npm @wllama/wllama) at each thread count in
   `--wllama-threads` (default 1 and every core); its best counts.
 All pages are loaded in one Chromium (cross-origin isolated, as `apr web` serves it) and run
@@ -13,7 +15,8 @@ best run of each counts, and every run is printed.
 * memory: growth of the whole Chromium's RSS when the model is loaded (apr first, then each
   wllama page), against the file's size.
 
-    .venv/bin/python bench/browser.py [--models demo,qwen2.5-coder-0.5b] [--rounds 3] [--json]
+    .venv/bin/python bench/browser.py [--models demo,qwen2.5-coder-0.5b] [--rounds 3]
+        [--kernels simd,simd-exact] [--json]
 
 Needs Debian's Chromium, Playwright (PyPI) and `bash scripts/setup_web.sh` (npm packages).
 """
@@ -136,14 +139,20 @@ def bench_model(play, path: str, args) -> dict:
             os.path.join(work, "profile"), executable_path=shutil.which("chromium"), args=FLAGS)
         try:
             pages: list = []
-            apr = open_apr(browser, server, args.threads, pages)
+            aprs = [open_apr(browser, server, args.threads, pages, kernels)
+                    for kernels in args.kernels]
             wllamas = [open_wllama(browser, server, n, pages) for n in args.wllama_threads]
             greedy = "([ids, n]) => apr.greedy(ids, n)"
             for _ in range(args.rounds):
-                run = apr.page.evaluate(greedy, [short_ids, args.tokens])
-                apr.decode.append(run["decode_tok_s"])
-                apr.prefill.append(apr.page.evaluate(greedy, [long_ids, 1])["prefill_s"])
+                for apr in aprs:
+                    # the running page in front, as a user's: Chromium lowers the CPU
+                    # priority of background tabs' renderers, which a loaded machine shows
+                    apr.page.bring_to_front()
+                    run = apr.page.evaluate(greedy, [short_ids, args.tokens])
+                    apr.decode.append(run["decode_tok_s"])
+                    apr.prefill.append(apr.page.evaluate(greedy, [long_ids, 1])["prefill_s"])
                 for side in wllamas:
+                    side.page.bring_to_front()
                     run = side.page.evaluate("([p, n]) => runWllama(p, n)", [PROMPT, args.tokens])
                     side.decode.append(run["decode_tok_s"])
                     side.prefill.append(side.page.evaluate(
@@ -154,12 +163,13 @@ def bench_model(play, path: str, args) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     size = os.path.getsize(path)
-    ours = apr.summary(len(long_ids))
+    ours, *others = [apr.summary(len(long_ids)) for apr in aprs]
     theirs = [side.summary(len(long_ids)) for side in wllamas]
     best_decode = max(theirs, key=lambda s: s["decode_tok_s"])
     best_prefill = max(theirs, key=lambda s: s["prefill_tok_s"])
     return {"model": os.path.basename(path), "file_bytes": size, "tokens": args.tokens,
-            "prompt_tokens": len(long_ids), "apr": ours, "wllama": theirs,
+            "prompt_tokens": len(long_ids), "apr": ours, "apr_other_kernels": others,
+            "wllama": theirs,
             "decode_vs_wllama_best": ours["decode_tok_s"] / best_decode["decode_tok_s"],
             "prefill_vs_wllama_best": ours["prefill_tok_s"] / best_prefill["prefill_tok_s"],
             "apr_memory_vs_file": ours["memory_bytes"] / size,
@@ -170,7 +180,7 @@ def report(result: dict) -> None:
     mb = lambda n: n / 2 ** 20  # noqa: E731
     print("{} ({:.0f} MB), decode {} tokens, prefill {} tokens".format(
         result["model"], mb(result["file_bytes"]), result["tokens"], result["prompt_tokens"]))
-    for side in [result["apr"]] + result["wllama"]:
+    for side in [result["apr"]] + result["apr_other_kernels"] + result["wllama"]:
         print("  {:28} decode {:7.2f} tok/s  prefill {:7.1f} tok/s  memory +{:5.0f} MB  "
               "load {:5.1f} s  decode runs {}".format(
                   side["name"], side["decode_tok_s"], side["prefill_tok_s"],
@@ -192,8 +202,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=cores, help="apr's threads")
     parser.add_argument("--wllama-threads", default="1,{}".format(cores),
                         help="wllama thread counts to try (its best counts)")
+    parser.add_argument("--kernels", default="simd",
+                        help="apr's kernel settings, comma-separated (the page's `kernels=`: "
+                             "simd, simd-exact, numpy); the first is the one compared")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    args.kernels = [k for k in args.kernels.split(",") if k]
     args.wllama_threads = sorted({int(n) for n in args.wllama_threads.split(",")})
     from playwright.sync_api import sync_playwright
     from apr_native.real_models import locate

@@ -26,11 +26,15 @@ apr_native's numba kernel does) moves SmolLM2's logits by up to 1.8e-2 (max abs,
 capital of France is"); with the split the whole browser path (these kernels and the fused
 kinds) stays 6.8e-5 from native, like numpy's own kernels in the browser (7.1e-5).
 The relaxed-SIMD kernels (matmul_r.c, the default where the browser has relaxed SIMD) round
-x to int8 per block as llama.cpp does (dx = max|x| / 127) and take one
-`i32x4.relaxed_dot_i8x16_i7x16_add_s` per 16 columns: 1.3-1.8x the exact kernels' decode
-speed, with llama.cpp's accuracy (next-token KL to native below llama.cpp's own on the
-real models; max logit difference ~0.4-1.2, so near-ties can flip). The page's
-`kernels=simd-exact` keeps the exact ones.
+x per block to one int16 code a column, c = 256 q1 + q2, held as two int8 terms (q1 as
+llama.cpp rounds activations, dx = max|x| / 127; q2 its residual in steps of dx / 256),
+each meeting the codes in one `i32x4.relaxed_dot_i8x16_i7x16_add_s` per 16 columns (Q8_0:
+int16 dots): one int16 term's accuracy. q1 alone (llama.cpp's accuracy: max logit
+difference ~0.4-1.2) flipped SmolLM2's near-tie first answer token to the demo question
+("L'Étoile, ..." for "Paris"), so the page disagreed with `apr run`. Where V8 lowers the
+relaxed dot to one VNNI instruction the two terms cost little; on an AVX2-only host (three
+instructions a dot) a call costs about the exact kernels' on Q4_1 and ~0.7x on Q8_0.
+The page's `kernels=simd-exact` keeps the exact ones.
 """
 from __future__ import annotations
 
