@@ -1,6 +1,6 @@
 """Benchmark: apr's numpy transformer decode vs llama.cpp (llama-cpp-python), same run.
 
-    python bench/decode.py [--model demo] [--tokens 32] [--threads 1]
+    python bench/decode.py [--model demo] [--tokens 32] [--threads 1] [--isa avx2]
 
 Greedy-decodes `--tokens` tokens after an 8-token prompt with apr (weights kept quantized,
 and dequantized at load) and with llama.cpp on the same GGUF, and prints tokens/s and the
@@ -23,11 +23,18 @@ def main() -> int:
     parser.add_argument("--model", default="demo")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--isa", default="native",
+                        help="instruction level of apr's kernels and llama.cpp's libraries "
+                             "(see apr_native.isa)")
     args = parser.parse_args()
     # Must be set before numpy loads OpenBLAS.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "APR_THREADS"):
         os.environ[var] = str(args.threads)
     sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
+    from apr_native import isa_peers
+    isa_peers.check(args.isa, False)
+    for runtime in ("apr", "llama.cpp"):      # before apr's kernels and llama_cpp load
+        os.environ.update(isa_peers.child_env(runtime, args.isa))
     from apr_native.real_models import locate
     from apr_core.runtime.generate import generate
     from apr_native.engine import EngineOptions, load_engine

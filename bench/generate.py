@@ -2,7 +2,7 @@
 transformers + torch (float32) and llama.cpp (llama-cpp-python, 2 threads), in one run.
 
     .venv/bin/python bench/generate.py [--models demo,qwen2.5-coder-0.5b] [--prompt 32]
-                                       [--decode 16] [--repeats 2]
+                                       [--decode 16] [--repeats 2] [--isa avx2]
     # long context: a 7,000-token prompt, apr (f16 and q8_0 KV) against llama.cpp
     .venv/bin/python bench/generate.py --models qwen2.5-coder-0.5b --context 7000 \
         --decode 16 --runtimes apr,llama.cpp --kv-type f16,q8_0 --repeats 1 --rounds 2
@@ -178,7 +178,18 @@ def main():
     parser.add_argument("--runtimes", default="apr,apr-dense,torch,llama.cpp",
                         help="which runtimes, comma-separated")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--isa", default="native",
+                        help="instruction level of apr's kernels and llama.cpp's libraries "
+                             "(apr_native.isa: native, generic, avx2, avx512, avx512vnni; "
+                             "llama.cpp at a named level: scripts/build_llama_lib.sh LEVEL)")
     args = parser.parse_args()
+    from apr_native import isa_peers
+    isa_peers.check(args.isa, "llama.cpp" in args.runtimes.split(","))
+    # before apr's kernels and llama-cpp-python load: both read them once
+    for runtime in ("apr", "llama.cpp"):
+        os.environ.update(isa_peers.child_env(runtime, args.isa))
+    print("instruction level: apr {}, llama.cpp {}".format(
+        isa_peers.describe("apr", args.isa), isa_peers.describe("llama.cpp", args.isa)))
     for name in args.models.split(","):
         print("{} ({} prompt tokens, {} decoded):".format(name, args.context or args.prompt,
                                                          args.decode), flush=True)

@@ -114,3 +114,33 @@ def test_bench_errors(tiny, tmp_path):
     assert apr("bench", tiny, "--repeats", "0").returncode == 2
     assert apr("bench", tiny, "--rounds", "0").returncode == 2
     assert apr("bench", tiny, "--backend", "tpu").returncode == 2
+
+
+def test_bench_runs_apr_at_the_level_asked_and_reports_the_roofline(tiny):
+    """--isa reaches apr's child as APR_ISA; the roofline divides the bandwidth by the
+    weight bytes a decode step reads (every layer's projections and the LM head, as
+    gguf-py lists them)."""
+    import gguf
+    done = apr("bench", tiny, "-p", "3", "-n", "3", "--repeats", "1", "--warmup", "0",
+               "--backend", "numpy", "--isa", "generic", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    (result,) = report["results"]
+    assert result["isa"] == "generic (x86-64)" and report["options"]["isa"] == "generic"
+    tensors = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(tiny).tensors}
+    head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    read = sum(n for name, n in tensors.items() if name.startswith("blk.") and
+               name.endswith(".weight") and "norm" not in name) + tensors[head]
+    roof = report["roofline"]
+    assert roof["bytes"] == read
+    assert roof["tok_s"] == pytest.approx(roof["gbs"] * 1e9 / read)
+    assert roof["reached"]["apr"] == pytest.approx(100 * result["decode_tok_s"] / roof["tok_s"])
+
+
+def test_bench_llama_cpp_at_a_named_level_needs_its_build(tiny, tmp_path):
+    """llama.cpp at a named level runs the libraries built for it, never the native wheel
+    in their place: without them, one coded line says how to build them."""
+    done = apr("bench", tiny, "--isa", "generic", "--compare", "llama.cpp",
+               APR_CACHE=str(tmp_path))
+    assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+    assert "E009" in done.stderr and "scripts/build_llama_lib.sh generic" in done.stderr

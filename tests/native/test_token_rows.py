@@ -147,13 +147,13 @@ def test_verification_takes_every_row_the_kernels_keep_exact():
 
 
 def test_the_dots_use_the_wide_integer_instructions_the_host_has():
-    """The block dots lower to zmm pmaddwd where the host has AVX-512 BW, and the pair
-    sums fold into vpdpwssd (VNNI: int16 pairs multiplied and accumulated in one
-    instruction) where it has AVX-512 VNNI; vpdpbusd would need 8-bit activations."""
-    import llvmlite.binding as llvm
+    """The block dots lower to zmm pmaddwd where the instruction level (the host's, or
+    $APR_ISA's) has AVX-512 BW, and the pair sums fold into vpdpwssd (VNNI: int16 pairs
+    multiplied and accumulated in one instruction) where it has AVX-512 VNNI, and to
+    none of them where it lacks them; vpdpbusd would need 8-bit activations."""
     from numba import njit
+    from apr_native import isa
     from apr_native.kernels import simd_rows
-    features = llvm.get_host_cpu_features()
     kind, block, size = BLOCKS["Q5_0"]
     w = random_blocks("Q5_0", 4, 256, seed=9)
     xp, xdt, xst = cpu_rows.pair_layout(*quantize_x(activations(16, 256, seed=9)))
@@ -168,8 +168,7 @@ def test_the_dots_use_the_wide_integer_instructions_the_host_has():
               np.empty(16, np.float32))
     sixteen_tokens(w, 256 // block, 256 // block * size, xp, xdt, xst, y)
     asm = "\n".join(fresh.inspect_asm().values())
-    assert "vpmaddwd" in asm or "pmaddwd" in asm or not features.get("avx2")
-    if features.get("avx512bw"):
-        assert "zmm" in asm
-    if features.get("avx512vnni"):
-        assert "vpdpwssd" in asm
+    assert "vpmaddwd" in asm or not isa.has("avx2")
+    assert ("ymm" in asm) == isa.has("avx")          # the generic level: SSE2 only
+    assert ("zmm" in asm) == isa.has("avx512bw")
+    assert ("vpdpwssd" in asm) == isa.has("avx512vnni")

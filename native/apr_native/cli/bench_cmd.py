@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Tuple
 from apr_core.errors import AprError, ErrorCode
 from apr_core.model.kv_types import NAMES as KV_TYPES
 
-from .. import backends
+from .. import backends, isa_peers
 from .common import emit_json, resolve_model
 from .context_args import kv_line
 
@@ -59,6 +59,7 @@ def _apr_runner(path: str, opts: Dict[str, Any]) -> Runner:
                          with_tokenizer=False)
     opts["backend"] = engine.backend
     opts["kv_cache"] = engine.kv_report()
+    opts["decode_weight_bytes"] = decode_weight_bytes(engine.transformer)
     state: Dict[str, Any] = {}
 
     def prefill(ids: List[int]) -> Any:
@@ -70,6 +71,14 @@ def _apr_runner(path: str, opts: Dict[str, Any]) -> Runner:
     def step(token: int) -> Any:
         return state["session"].forward([token])
     return prefill, step
+
+
+def decode_weight_bytes(transformer: Any) -> int:
+    """Weight bytes a decode step reads: every layer's projections and the LM head (the
+    embedding gives one row, unless it is the LM head too)."""
+    linears = [l for block in transformer.blocks for l in block.linears.values()
+               if l is not None] + [transformer.lm_head]
+    return sum({id(l): l.nbytes for l in linears}.values())
 
 
 def _llama_cpp_runner(path: str, opts: Dict[str, Any]) -> Runner:
@@ -159,7 +168,8 @@ def measure(runtime: str, path: str, ids: List[int], opts: Dict[str, Any]) -> Di
         "prefill_tok_s": len(ids) / ttft, "decode_tok_s": (n - 1) / decode if n > 1 else None,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "backend": opts.get("backend"), "threads": opts["threads"], "runs": runs,
-        "kv_cache": opts.get("kv_cache"),
+        "kv_cache": opts.get("kv_cache"), "isa": isa_peers.describe(runtime, opts["isa"]),
+        "decode_weight_bytes": opts.get("decode_weight_bytes"),
         # what this child actually ran on: the parent's ids and thread settings
         "prompt_ids": list(ids), "thread_env": {v: os.environ.get(v) for v in THREAD_VARS},
     }
@@ -194,6 +204,7 @@ def _run_child(runtime: str, path: str, ids: List[int], opts: Dict[str, Any]) ->
     spec = json.dumps({"runtime": runtime, "path": path, "ids": ids, "opts": opts})
     env = dict(os.environ)
     env.update((var, str(opts["threads"])) for var in THREAD_VARS)
+    env.update(isa_peers.child_env(runtime, opts["isa"]))
     done = subprocess.run([sys.executable, "-m", "apr_native.cli.bench_cmd", spec],
                           capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
@@ -237,6 +248,23 @@ def ratios(results: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
     return out
 
 
+def roofline(results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Decode's memory roofline: apr's weight bytes per token over this machine's read
+    bandwidth (`profile.roofline`, probed once and cached), and the share of it each
+    runtime reached; {} without an apr result."""
+    ours = next((r for r in results if r["runtime"] == "apr" and r.get("decode_weight_bytes")),
+                None)
+    if ours is None:
+        return {}
+    from apr_native.profile.roofline import machine_roof
+    roof = machine_roof()
+    tok_s = roof["bandwidth_gbs"] * 1e9 / ours["decode_weight_bytes"]
+    return {"bytes": ours["decode_weight_bytes"], "gbs": roof["bandwidth_gbs"],
+            "method": roof["bandwidth_method"], "tok_s": tok_s,
+            "reached": {r["runtime"]: 100.0 * r["decode_tok_s"] / tok_s for r in results
+                        if "error" not in r and r.get("decode_tok_s")}}
+
+
 def _print(path: str, ids: List[int], opts: Dict[str, Any], results: List[Dict[str, Any]],
            table: Dict[str, Dict[str, float]]) -> None:
     size = os.path.getsize(path)
@@ -247,6 +275,8 @@ def _print(path: str, ids: List[int], opts: Dict[str, Any], results: List[Dict[s
                                   opts["rounds"]) if opts["rounds"] > 1 else "",
                               opts["threads"]))
     print("  prompt: " + PROMPT_PATH.format(len(ids), PROMPT_SEED))
+    print("  instruction level: " + ", ".join(
+        "{} {}".format(r["runtime"], r["isa"]) for r in results if r.get("isa")))
     print("  {:30s} {:>10s} {:>10s} {:>8s} {:>8s} {:>9s}".format(
         "runtime", "prefill/s", "decode/s", "TTFT s", "load s", "peak RSS"))
     for r in results:
@@ -263,6 +293,12 @@ def _print(path: str, ids: List[int], opts: Dict[str, Any], results: List[Dict[s
     for r in results:
         if r.get("kv_cache"):
             print("  {}: {}".format(r["label"], kv_line(r["kv_cache"])))
+    roof = roofline(results)
+    if roof:
+        print("  roofline: decode reads {:.1f} MB of weights a token; {:.1f} GB/s ({}) allows "
+              "{:.1f} tok/s; ".format(roof["bytes"] / 1e6, roof["gbs"], roof["method"],
+                                      roof["tok_s"]) + ", ".join(
+            "{} {:.0f}%".format(name, pct) for name, pct in roof["reached"].items()))
     if "llama.cpp" in [r["runtime"] for r in results]:
         print("  llama.cpp's KV cache: f16 (its default)")
     for peer, row in table.items():
@@ -284,7 +320,9 @@ def run_bench(args: argparse.Namespace) -> int:
     opts = {"prompt_tokens": args.prompt_tokens, "decode_tokens": args.decode_tokens,
             "repeats": args.repeats, "warmup": max(0, args.warmup),
             "threads": args.threads or threads(), "backend": args.backend,
-            "no_mmap": args.no_mmap, "rounds": args.rounds, "kv_type": args.kv_type}
+            "no_mmap": args.no_mmap, "rounds": args.rounds, "kv_type": args.kv_type,
+            "isa": args.isa}
+    isa_peers.check(args.isa, "llama.cpp" in (args.compare or []))
     ids = prompt_ids(path, args.prompt_tokens)
     order = ["apr"] + [c for c in RUNTIMES[1:] if c in (args.compare or [])]
     rounds = [[_run_child(runtime, path, ids, dict(opts)) for runtime in order]
@@ -295,7 +333,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"model": path, "file_bytes": os.path.getsize(path), "prompt_ids": ids,
                    "prompt": PROMPT_PATH.format(len(ids), PROMPT_SEED),
-                   "options": opts, "results": results, "ratios": table})
+                   "options": opts, "results": results, "ratios": table,
+                   "roofline": roofline(results)})
     else:
         _print(path, ids, opts, results, table)
     return 0 if all("error" not in r for r in results) else 1
@@ -319,6 +358,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-mmap", action="store_true", help="read weights instead of mapping")
     p.add_argument("--kv-type", choices=KV_TYPES,
                    help="apr's KV cache type (default f16, as llama.cpp's)")
+    p.add_argument("--isa", choices=isa_peers.isa.NAMES, default=isa_peers.isa.NATIVE,
+                   help="instruction level of apr's kernels and of llama.cpp's build "
+                        "(default native: this CPU's own; avx2 measures what an AVX2 "
+                        "CPU gets; llama.cpp at a named level needs "
+                        "scripts/build_llama_lib.sh LEVEL)")
     p.add_argument("--json", action="store_true", help="one JSON object with every result")
     p.set_defaults(func=run_bench)
 

@@ -19,6 +19,29 @@ import os
 # 28 tok/s. Set before numba loads its OpenMP library; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from .. import isa  # noqa: E402
+
+# The instruction level the kernels compile for ($APR_ISA; the host's own by default),
+# applied before numba builds its target machine. numba keys its cache entries by CPU
+# name and features, so every level keeps its own machine code.
+isa.apply()
+
+
+def _half_conversions() -> None:
+    """Without F16C (the generic level), LLVM lowers half <-> float to libcalls
+    (__extendhfsf2, __truncsfhf2) that numba's JIT does not resolve by itself: libgcc_s
+    (GCC 12 and later) exports both, so its symbols are made visible to the JIT."""
+    import ctypes.util
+
+    import llvmlite.binding as llvm
+    found = ctypes.util.find_library("gcc_s")
+    if found:
+        llvm.load_library_permanently(found)
+
+
+if not isa.has("f16c"):
+    _half_conversions()
+
 from numba.core import caching  # noqa: E402
 
 from ..numba_cache import package_stamp  # noqa: E402

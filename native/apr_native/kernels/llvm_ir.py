@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .. import isa
+
 I8, I16, I32, F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 
 
@@ -83,12 +85,10 @@ def _pair_sums(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value) -> ir.Value:
 
 
 def _host_has(feature: str) -> bool:
-    """Whether the host CPU (numba compiles for it) has `feature` ("avx2", "f16c")."""
-    try:
-        import llvmlite.binding as llvm
-        return bool(llvm.get_host_cpu_features().get(feature))
-    except Exception:  # a non-x86 host or an llvmlite without the query: generic IR
-        return False
+    """Whether the kernels may use `feature` ("avx2", "f16c"): the host CPU has it and
+    the instruction level numba compiles for ($APR_ISA, `apr_native.isa`) includes it.
+    A non-x86 host or an llvmlite without the query gets the generic IR."""
+    return isa.has(feature)
 
 
 # The AVX2 pmaddwd intrinsic where the host has it: LLVM does not always find pmaddwd in
@@ -106,7 +106,9 @@ def _asm_ready() -> bool:
         return False
 
 
-_F16C = _host_has("f16c") and _asm_ready()
+# (the parser is needed at every level: `atomics` pauses its spin loops with inline asm)
+_ASM = _asm_ready()
+_F16C = _host_has("f16c") and _ASM
 
 
 def _reduce_add(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:

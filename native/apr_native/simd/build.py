@@ -30,7 +30,8 @@ HEADERS = ("block_codes.h",)
 # replay computes (wasm_tests/kquant_emulation.py), bit for bit. -nostdlib: the kernels
 # call nothing from libc or compiler-rt, and without it zig's first use on a machine
 # compiles its compiler-rt (~8 s of CPU) before the kernels (~2 s).
-FLAGS = ["-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-g0",
+# The -march of the instruction level ($APR_ISA, `apr_native.isa`) is added by `flags()`.
+FLAGS = ["-shared", "-fPIC", "-O2", "-ffp-contract=off", "-g0",
          "-fvisibility=hidden", "-nostdlib"]
 BUILD_ENV = "APR_SIMD_BUILD"          # "never": use only a library already built
 BUILD_LOCK_S = 300                    # a background build older than this has died
@@ -48,6 +49,12 @@ def compiler() -> Optional[List[str]]:
         return [sys.executable, "-m", "ziglang", "cc"]
     found = shutil.which("cc")
     return [found] if found else None
+
+
+def flags() -> List[str]:
+    """The compiler flags: FLAGS and the instruction level's -march."""
+    from .. import isa
+    return FLAGS + list(isa.march())
 
 
 def can_build() -> bool:
@@ -74,7 +81,7 @@ def _key(command: List[str]) -> str:
             digest.update(name.encode() + b"\0" + handle.read())
     with open(os.path.join(HERE, "wasm_simd128.h"), "rb") as handle:
         digest.update(handle.read())
-    digest.update(" ".join(FLAGS + command[1:]).encode() + cpu_signature())
+    digest.update(" ".join(flags() + command[1:]).encode() + cpu_signature())
     return digest.hexdigest()[:24]
 
 
@@ -113,7 +120,7 @@ def _compile(command: List[str], path: str) -> None:
     os.close(fd)
     try:
         done = subprocess.run(
-            command + FLAGS + ["-I", HERE, "-o", scratch]
+            command + flags() + ["-I", HERE, "-o", scratch]
             + [os.path.join(kernel_dir(), name) for name in SOURCES],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
