@@ -63,8 +63,10 @@ def greedy(path):
 def main(paths):
     from apr_native import isa
     level = isa.requested()
-    result = {"level": level, "numba_cpu": os.environ.get("NUMBA_CPU_NAME"),
-              "matvec": matvecs(), "greedy": {path: greedy(path) for path in paths}}
+    result = {"level": level, "matvec": matvecs(),
+              "greedy": {path: greedy(path) for path in paths}}
+    from numba.core import config                      # as the kernels' import set it
+    result["numba_cpu"] = [config.CPU_NAME, config.CPU_FEATURES]
     from apr_native.kernels import llvm_ir
     result["paths"] = {"pmaddwd": llvm_ir._PMADDWD is not None, "f16c": bool(llvm_ir._F16C)}
     sys.stdout.write("ISA_PROBE " + json.dumps(result) + "\n")

@@ -88,6 +88,9 @@ def test_every_level_computes_what_the_others_do(smollm2_gguf, qwen_gguf):
     reference = results[isa.NATIVE]
     for level, result in results.items():
         assert result["level"] == level
+        if level != isa.NATIVE:                       # what numba compiled for
+            assert result["numba_cpu"] == [isa.LEVELS[level].llvm_cpu,
+                                           isa.LEVELS[level].llvm_features]
         granted = isa.host_features() if level == isa.NATIVE else isa.LEVELS[level].features
         fused = "fma" in granted
         assert result["paths"]["pmaddwd"] == ("avx2" in granted)
