@@ -32,22 +32,52 @@ _category_ranges: Optional[Dict[str, List[Tuple[int, int]]]] = None
 _class_cache: Dict[str, str] = {}
 
 
+# The runs of `scan_category_ranges`, precomputed for one Unicode version by
+# scripts/gen_unicode_categories.py (tests/text/test_unicode_categories.py keeps it equal
+# to a fresh scan): the scan is 266k `unicodedata.category` calls, ~0.2 s of every
+# process that loads a BPE tokenizer. Another Python's Unicode version scans instead.
+CATEGORY_TABLE = "data/unicode_categories.json"
+
+
+def scan_category_ranges() -> Dict[str, List[Tuple[int, int]]]:
+    """Code point runs per two-letter general category ("Lu", "Nd", ...) of this Python's
+    `unicodedata`, over the `_SCAN` planes."""
+    table: Dict[str, List[Tuple[int, int]]] = {}
+    category = unicodedata.category
+    for block in _SCAN:
+        run_cat, run_start = None, block.start
+        for cp in block:
+            cat = category(chr(cp))
+            if cat != run_cat:
+                if run_cat is not None:
+                    table.setdefault(run_cat, []).append((run_start, cp - 1))
+                run_cat, run_start = cat, cp
+        table.setdefault(run_cat, []).append((run_start, block.stop - 1))
+    return table
+
+
+def packaged_category_ranges() -> Optional[Dict[str, List[Tuple[int, int]]]]:
+    """`CATEGORY_TABLE`'s runs when it was made for this Python's Unicode version."""
+    import json
+    import pkgutil
+    try:
+        data = pkgutil.get_data("apr_core", CATEGORY_TABLE)
+    except OSError:
+        return None
+    if data is None:
+        return None
+    packed = json.loads(data.decode("utf-8"))
+    if packed.get("unidata_version") != unicodedata.unidata_version or \
+            packed.get("scan") != [[b.start, b.stop] for b in _SCAN]:
+        return None
+    return {cat: list(zip(flat[0::2], flat[1::2])) for cat, flat in packed["runs"].items()}
+
+
 def _two_letter_ranges() -> Dict[str, List[Tuple[int, int]]]:
-    """Code point runs per two-letter general category ("Lu", "Nd", ...), computed once."""
+    """Code point runs per two-letter general category, once per process."""
     global _category_ranges
     if _category_ranges is None:
-        table: Dict[str, List[Tuple[int, int]]] = {}
-        category = unicodedata.category
-        for block in _SCAN:
-            run_cat, run_start = None, block.start
-            for cp in block:
-                cat = category(chr(cp))
-                if cat != run_cat:
-                    if run_cat is not None:
-                        table.setdefault(run_cat, []).append((run_start, cp - 1))
-                    run_cat, run_start = cat, cp
-            table.setdefault(run_cat, []).append((run_start, block.stop - 1))
-        _category_ranges = table
+        _category_ranges = packaged_category_ranges() or scan_category_ranges()
     return _category_ranges
 
 
