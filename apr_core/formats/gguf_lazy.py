@@ -56,14 +56,23 @@ class GGUFArray(Sequence):
         if self.code is not None:
             return list(struct.unpack("<{}{}".format(self.count, self.code), raw))
         unpack = _U64.unpack_from
-        out = []
-        append = out.append
+        pieces = []
+        append = pieces.append
         pos = 0
         for _ in range(self.count):
             end = pos + 8 + unpack(raw, pos)[0]
-            append(raw[pos + 8:end].decode("utf-8", "surrogateescape"))
+            append(raw[pos + 8:end])
             pos = end
-        return out
+        # One decode of the strings joined by NUL, split again: a vocabulary's ~150k
+        # strings decoded one by one cost ~0.1 s of every start. UTF-8 never puts a NUL
+        # byte inside a character, so the split gives back each string exactly, unless a
+        # string holds a NUL itself: then they are decoded one by one.
+        joined = b"\0".join(pieces)
+        if joined.count(b"\0") == len(pieces) - 1 or not pieces:
+            out = joined.decode("utf-8", "surrogateescape").split("\0") if pieces else []
+            if len(out) == len(pieces):
+                return out
+        return [piece.decode("utf-8", "surrogateescape") for piece in pieces]
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):

@@ -309,3 +309,16 @@ def test_parses_over_an_async_range_transport():
     parsed = asyncio.run(run_async(Ranges(), read_gguf, min_fetch=512))
     local = read_gguf(data)
     assert parsed.metadata == local.metadata and parsed.tensors == local.tensors
+
+
+def test_lazy_string_arrays_decode_each_string_as_utf8_alone():
+    """GGUFArray decodes a string array in one pass (joined by NUL, split again): every
+    string equals its own decode, NUL inside a string and broken UTF-8 at string edges
+    included (surrogateescape per string, never across two)."""
+    import struct
+    from apr_core.formats.gguf_lazy import GGUFArray
+    for strings in ([b"a", b"", b"\xc3\xa9", b"\xe2\x82", b"\xac", b"\xff"],
+                    [b"x\x00y", b"\xc3", b"\xa9z"], [b""], []):
+        raw = b"".join(struct.pack("<Q", len(s)) + s for s in strings)
+        got = GGUFArray(raw, len(strings), None).values()
+        assert got == [s.decode("utf-8", "surrogateescape") for s in strings]
