@@ -12,6 +12,10 @@ from wasm_shared import (GREEDY, LOGIT_TOLERANCE, QUESTION, assert_greedy_ties_a
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 QUERY = "pyodide=017&numpy=1"
+# Greedy steps the relaxed kernels must reproduce before native's top-2 gap falls under their
+# gap error (a near-tie they may flip): all of them. Measured: gap error 0.0034, native's
+# smallest gap of the GREEDY steps 0.220 (step 6).
+GREEDY_COMPARED = GREEDY
 
 
 @pytest.mark.parametrize("kernels", ["simd-exact", "simd", "numpy"])
@@ -38,7 +42,8 @@ def test_smollm2_in_pyodide_017_matches_native(open_page, native, kernels):
         theirs = next_token_kl(native["logits"], native["llama_cpp"])
         assert ours.max() <= theirs.max(), (ours, theirs)
         error = gap_error(native["logits"], logits)
-        assert_greedy_ties_aside(greedy["tokens"], native["greedy"], native["gaps"], error)
+        assert_greedy_ties_aside(greedy["tokens"], native["greedy"], native["gaps"], error,
+                                 GREEDY_COMPARED)
         print("relaxed: max logit difference", float(np.abs(logits - native["logits"]).max()),
               "KL", ours.max(), "llama.cpp KL", theirs.max(), "gap error", error)
     else:
