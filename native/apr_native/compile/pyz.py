@@ -9,9 +9,10 @@ Layout of the archive (a `#!/usr/bin/env python3` line, then a zip):
     __main__.py               pyz_entry.py of this package: the command line
     apr_pyz/manifest.json     where the model is (member or external location), its size
                               and sha256, the apr version that built it
-    apr_pyz/prompting.py      apr_native/cli/prompting.py and sampler_args.py, copied: the
-    apr_pyz/sampler_args.py   prompt rule (chat template or raw) and sampler flags of
-                              `apr run`, which import only apr_core and the stdlib
+    apr_pyz/prompting.py      apr_native/cli/prompting.py, sampler_args.py and
+    apr_pyz/sampler_args.py   arg_parser.py, copied: the prompt rule (chat template or raw)
+    apr_pyz/arg_parser.py     and the sampler flags of `apr run` with their range checks,
+                              which import only apr_core and the stdlib
     apr_core/...              the package (.py files and its data), deflated, with an
                               entry per folder (how zipimport finds namespace packages)
     model/NAME                the model file, stored uncompressed, so the program reads
@@ -47,6 +48,7 @@ RUNNER_FILES = {
     "__main__.py": os.path.join(_HERE, "pyz_entry.py"),
     "apr_pyz/prompting.py": os.path.join(_CLI, "prompting.py"),
     "apr_pyz/sampler_args.py": os.path.join(_CLI, "sampler_args.py"),
+    "apr_pyz/arg_parser.py": os.path.join(_CLI, "arg_parser.py"),    # sampler_args' types
 }
 RUNNER_INIT = b'"""Support modules of a model zipapp built by `apr compile --target pyz`."""\n'
 
