@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
@@ -137,7 +138,6 @@ def apply() -> str:
     level = LEVELS[name]
     os.environ["NUMBA_CPU_NAME"] = level.llvm_cpu
     os.environ["NUMBA_CPU_FEATURES"] = level.llvm_features
-    import sys
     if "numba" in sys.modules:               # configuration read at its import: read again
         from numba.core import config
         config.reload_config()
