@@ -31,18 +31,11 @@ if [ "${2:-}" = "--cached" ]; then
   exit 1
 fi
 
-SDIST="$APR_CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
-if [ ! -f "$SDIST" ]; then
-  mkdir -p "$APR_CACHE/sdist"
-  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$APR_CACHE/sdist" \
-    "llama-cpp-python==$LLAMA_VERSION" >&2
-fi
 WORK="$(mktemp -d)"
 PARTIAL="$DEST.partial.$$"
 trap 'rm -rf "$WORK" "$PARTIAL"' EXIT
 echo "building llama.cpp's libraries for $LEVEL ($FLAGS), cached as $DEST ..." >&2
-tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
-SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+SRC="$(llama_sources "$WORK")"
 # shellcheck disable=SC2086
 cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \

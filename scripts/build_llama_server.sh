@@ -24,21 +24,12 @@ if [ "${1:-}" = "--cached" ]; then
   exit 1
 fi
 
-# The sdist is shared with fetch_tokenizer_vectors.sh (same place, same version).
-SDIST="$APR_CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
-if [ ! -f "$SDIST" ]; then
-  mkdir -p "$APR_CACHE/sdist"
-  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$APR_CACHE/sdist" \
-    "llama-cpp-python==$LLAMA_VERSION" >&2
-fi
-
 mkdir -p "$APR_CACHE/bin"
 WORK="$(mktemp -d)"
 PARTIAL="$APR_CACHE/bin/.llama-server-$LLAMA_BUILD_TAG.$$"
 trap 'rm -rf "$WORK" "$PARTIAL"' EXIT
 echo "building llama-server from llama-cpp-python $LLAMA_VERSION's llama.cpp (cached as $BIN)..." >&2
-tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
-SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+SRC="$(llama_sources "$WORK")"
 cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON \
       -DCMAKE_C_FLAGS="$LLAMA_CPU_FLAGS" -DCMAKE_CXX_FLAGS="$LLAMA_CPU_FLAGS" >&2

@@ -8,3 +8,17 @@ LLAMA_VERSION=0.3.36
 # segfaults on the first decode. AVX-512/VNNI stay on.
 LLAMA_CPU_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 LLAMA_BUILD_TAG="$LLAMA_VERSION-noamx"
+
+# llama_sources DIR: the llama.cpp sources vendored in the pinned sdist (downloaded once
+# into $APR_CACHE/sdist, shared with fetch_tokenizer_vectors.sh), extracted under DIR;
+# prints their folder. Needs APR_CACHE and PY.
+llama_sources() {
+  local sdist="$APR_CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+  if [ ! -f "$sdist" ]; then
+    mkdir -p "$APR_CACHE/sdist"
+    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$APR_CACHE/sdist" \
+      "llama-cpp-python==$LLAMA_VERSION" >&2
+  fi
+  tar -xzf "$sdist" -C "$1" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+  echo "$1/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+}
