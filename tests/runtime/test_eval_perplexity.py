@@ -82,18 +82,39 @@ def test_too_short_a_text_is_refused():
     assert err.value.code == ErrorCode.ARGUMENT
 
 
-# apr's perplexity equals llama.cpp's within PPL_RTOL (relative). Measured on these 4
-# chunks of 32 tokens (llama-cpp-python 0.3.36 built without AMX, 2 threads): SmolLM2
-# 14.2320 vs 14.1506 (rel 0.0058), Qwen2.5 19.0948 vs 19.1060 (rel 0.0006).
+# llama.cpp's own perplexity depends on its attention path: these 4 chunks of 32 tokens
+# (llama-cpp-python 0.3.36, 2 threads, AVX2 host) give SmolLM2 14.142 with flash attention
+# (llama-perplexity's default: common.h's AUTO enables it on the CPU) and 14.490 without
+# (llama-cpp-python's default: every attention probability rounded to f16 before the V
+# product); Qwen2.5 19.372 and 19.222. apr (f32 attention over an f16 cache, equal to its
+# dequantized float32 forward within 2e-5) measured 14.234 and 19.103, inside the span;
+# on a Zen 4 host llama.cpp without flash attention gave 14.151 and 19.106. apr must lie
+# within PPL_RTOL (relative) of the span of llama.cpp's two paths.
 PPL_RTOL = 0.01
-# Centered logits among apr's 20 likeliest tokens, every scored row: measured worst 0.617
-# on SmolLM2 (chunk 0, last scored row; typical rows 0.1-0.4) and 0.256 on Qwen2.5.
+# Centered logits among apr's 20 likeliest tokens, every scored row, against llama.cpp with
+# flash attention: measured worst 0.670 on SmolLM2 (0.617 on Zen 4; typical rows 0.1-0.4)
+# and 0.238 on Qwen2.5 (without flash attention SmolLM2's worst row is 0.90).
 # test_llama_cpp_parity.py holds 0.6 on single-token decode steps; llama.cpp's batched
-# prompt evaluation quantizes activations to 8 bits the same way and lands just above it,
-# while apr's rows equal its own dequantized float32 forward within 2e-5 there. A kernel
-# bug moves these logits by units, not tenths.
+# prompt evaluation quantizes activations to 8 bits the same way and lands just above it.
+# A kernel bug moves these logits by units, not tenths.
 LOGIT_TOL = 0.7
 TOP = 20
+
+
+def _llama_cpp_logits(path, chunks, flash_attn):
+    """llama.cpp's logits for each chunk's scored rows: [chunk][15, n_vocab]."""
+    import llama_cpp
+    llm = llama_cpp.Llama(path, n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=2,
+                          flash_attn=flash_attn)
+    try:
+        out = []
+        for batch in chunks:
+            llm.reset()
+            llm.eval(batch)
+            out.append(np.array(llm.scores[:N_CTX], np.float32)[N_CTX // 2:N_CTX - 1])
+        return out
+    finally:
+        llm.close()
 
 
 @pytest.mark.real_model
@@ -102,8 +123,8 @@ TOP = 20
 @pytest.mark.parametrize("name", ["smollm2", "qwen"])
 def test_perplexity_matches_llama_cpp(name, request, zen_file):
     """Same tokens, same chunks, same scored positions as llama.cpp's perplexity scheme:
-    `apr eval`'s perplexity (the default runtime) equals the one llama.cpp's logits give,
-    and apr's centered logits match llama.cpp's on each scored row."""
+    `apr eval`'s perplexity (the default runtime) lies within llama.cpp's own (its two
+    attention paths), and apr's centered logits match llama.cpp's on each scored row."""
     import llama_cpp
     from apr_native.engine import EngineOptions, load_engine
     path = request.getfixturevalue("smollm2_gguf" if name == "smollm2" else "qwen_gguf")
@@ -113,38 +134,40 @@ def test_perplexity_matches_llama_cpp(name, request, zen_file):
     code, cli = apr_json("eval", path, "--dataset", zen_file, "--ctx", str(N_CTX),
                          "--chunks", "4")
     assert code == 0 and cli["chunks"] == 4 and cli["tokens"] == len(ids)
+    vocab_only = llama_cpp.Llama(path, vocab_only=True, verbose=False)
+    assert vocab_only.tokenize((ZEN * 2).encode(), add_bos=tokenizer.add_bos,
+                               special=False) == ids
+    vocab_only.close()
     first = N_CTX // 2
-    llm = llama_cpp.Llama(path, n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=2)
-    worst = 0.0
-    try:
-        assert llm.tokenize((ZEN * 2).encode(), add_bos=tokenizer.add_bos,
-                            special=False) == ids
-        ours_nll, theirs_nll = [], []
-        for chunk in range(cli["chunks"]):
-            batch = ids[chunk * N_CTX:(chunk + 1) * N_CTX]
-            if tokenizer.add_bos:
-                batch = [tokenizer.bos_id] + batch[1:]       # llama-perplexity's BOS
-            llm.reset()
-            llm.eval(batch)
-            theirs = np.array(llm.scores[:N_CTX], np.float32)[first:N_CTX - 1]
-            hidden = model.transformer.hidden_states(batch, model.transformer.new_cache(N_CTX))
-            ours = model.transformer.lm_head.matmul(hidden[first:N_CTX - 1])  # [15, n_vocab]
-            targets = batch[first + 1:]
-            ours_nll.extend(_reference_nll(ours, targets))
-            theirs_nll.extend(_reference_nll(theirs, targets))
-            for mine, ref in zip(ours, theirs):
-                top = np.argsort(mine)[-TOP:]
-                moved = ref[top] - mine[top]
-                worst = max(worst, float(np.abs(moved - moved.mean()).max()))
-    finally:
-        llm.close()
-    ppl_ours, ppl_theirs = math.exp(np.mean(ours_nll)), math.exp(np.mean(theirs_nll))
-    print("{}: apr PPL {:.4f} (CLI {:.4f}), llama.cpp PPL {:.4f}, rel {:.4f}; worst centered "
-          "logit {:.3f}".format(name, ppl_ours, cli["ppl"], ppl_theirs,
-                                abs(cli["ppl"] / ppl_theirs - 1), worst))
+    chunks = []
+    for chunk in range(cli["chunks"]):
+        batch = ids[chunk * N_CTX:(chunk + 1) * N_CTX]
+        if tokenizer.add_bos:
+            batch = [tokenizer.bos_id] + batch[1:]           # llama-perplexity's BOS
+        chunks.append(batch)
+    ours_nll, worst = [], 0.0
+    theirs = {flash: _llama_cpp_logits(path, chunks, flash) for flash in (True, False)}
+    theirs_nll = {flash: [] for flash in theirs}
+    for index, batch in enumerate(chunks):
+        hidden = model.transformer.hidden_states(batch, model.transformer.new_cache(N_CTX))
+        ours = model.transformer.lm_head.matmul(hidden[first:N_CTX - 1])  # [15, n_vocab]
+        targets = batch[first + 1:]
+        ours_nll.extend(_reference_nll(ours, targets))
+        for flash, rows in theirs.items():
+            theirs_nll[flash].extend(_reference_nll(rows[index], targets))
+        for mine, ref in zip(ours, theirs[True][index]):
+            top = np.argsort(mine)[-TOP:]
+            moved = ref[top] - mine[top]
+            worst = max(worst, float(np.abs(moved - moved.mean()).max()))
+    ppl_ours = math.exp(np.mean(ours_nll))
+    ppl_theirs = sorted(math.exp(np.mean(nll)) for nll in theirs_nll.values())
+    print("{}: apr PPL {:.4f} (CLI {:.4f}), llama.cpp PPL {:.4f} (flash attention) / {:.4f} "
+          "(without); worst centered logit {:.3f}".format(
+              name, ppl_ours, cli["ppl"], math.exp(np.mean(theirs_nll[True])),
+              math.exp(np.mean(theirs_nll[False])), worst))
     assert cli["tokens_scored"] == len(ours_nll)
     assert cli["nll"] == pytest.approx(np.mean(ours_nll), rel=1e-4)
-    assert cli["ppl"] == pytest.approx(ppl_theirs, rel=PPL_RTOL)
+    assert ppl_theirs[0] * (1 - PPL_RTOL) <= cli["ppl"] <= ppl_theirs[1] * (1 + PPL_RTOL)
     assert worst <= LOGIT_TOL
 
 
