@@ -10,7 +10,7 @@ echo "== vermin: apr_core must stay Python 3.8-compatible"
 
 
 echo "== pytest (Python $(.venv/bin/python -c 'import sys; print(sys.version.split()[0])'))"
-.venv/bin/python -m pytest -n 2 -q -rs "$@"
+.venv/bin/python -m pytest -n 2 -q -rs --durations=30 "$@"
 
 # (under CI=true a skip is a failure: tests/conftest.py; the 3.8 run deselects what it
 # does not cover and lists it)
