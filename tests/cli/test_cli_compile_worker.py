@@ -1,8 +1,9 @@
 """`apr compile MODEL --target worker`: the bundle directory the CLI writes (report, manifest,
 the model copied or linked, overwrite protection) and the models it refuses. The bundle
-answering completions is wasm_tests/test_worker_bundle.py (Pyodide, workerd)."""
+answering completions is wasm_tests/test_worker_bundle.py (workerd)."""
 import json
 import os
+import zipfile
 
 import pytest
 
@@ -14,8 +15,8 @@ pytestmark = [pytest.mark.native, pytest.mark.real_model]
 
 
 def manifest_of(bundle):
-    with open(os.path.join(str(bundle), "src", "apr_worker", "manifest.json")) as handle:
-        return json.load(handle)
+    with zipfile.ZipFile(os.path.join(str(bundle), "python.zip")) as archive:
+        return json.loads(archive.read("apr_worker/manifest.json"))
 
 
 def test_the_json_report_matches_the_bundle(smollm2_gguf, tmp_path):
@@ -30,13 +31,15 @@ def test_the_json_report_matches_the_bundle(smollm2_gguf, tmp_path):
     assert sha256_file(str(out / "model" / name)) == report["model"]["sha256"]
     assert report["parts"]["model"] == size
     assert report["size"] == sum(report["parts"].values())
-    core = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in
-               os.walk(str(out / "src" / "apr_core")) for f in files)
+    with zipfile.ZipFile(str(out / "python.zip")) as archive:
+        core = sum(i.file_size for i in archive.infolist() if i.filename.startswith("apr_core/"))
+        members = set(archive.namelist())
     assert report["parts"]["apr_core"] == core
-    for path in ("src/worker.py", "src/apr_worker/api.py", "src/apr_worker/store.py",
-                 "src/apr_worker/openai_format.py", "wrangler.toml", "pyproject.toml",
-                 "README.md", "workerd/config.capnp", "workerd/r2_disk.mjs",
-                 "workerd/probe.mjs", "workerd/make_config.py"):
+    assert {"apr_worker/api.py", "apr_worker/store.py", "apr_worker/js_entry.py",
+            "apr_worker/openai_format.py", "apr_webkernel.py"} <= members
+    for path in ("worker.mjs", "boot.mjs", "pyodide_modules.mjs", "pyodide/pyodide.asm.wasm",
+                 "kernels/matmul_k.wasm", "wrangler.toml", "README.md",
+                 "workerd/config.capnp", "workerd/r2_disk.mjs", "workerd/make_config.py"):
         assert (out / path).is_file(), path
     # nothing of the build left beside the output
     assert os.listdir(str(tmp_path)) == ["smol.worker"]
@@ -60,8 +63,9 @@ def test_the_table_says_how_to_run_and_deploy(smollm2_gguf, tmp_path):
     out = tmp_path / "t.worker"
     code, stdout, err = apr("compile", smollm2_gguf, "--target", "worker", "-o", out)
     assert code == 0, err
-    assert "workerd serve workerd/config.capnp config --experimental" in stdout
-    assert "pywrangler deploy" in stdout and "apr_core" in stdout
+    assert "npx workerd serve workerd/config.capnp" in stdout
+    assert "--experimental" not in stdout
+    assert "wrangler deploy" in stdout and "apr_core" in stdout
 
 
 def test_an_existing_output_needs_force(smollm2_gguf, tmp_path):
@@ -72,7 +76,7 @@ def test_an_existing_output_needs_force(smollm2_gguf, tmp_path):
     assert code == 2 and "E011" in err and (out / "old-file").exists()
     code, _, err = apr("compile", smollm2_gguf, "--target", "worker", "-o", out, "-f")
     assert code == 0, err
-    assert not (out / "old-file").exists() and (out / "src" / "worker.py").is_file()
+    assert not (out / "old-file").exists() and (out / "worker.mjs").is_file()
     assert sorted(os.listdir(str(tmp_path))) == ["w.worker"]
 
 

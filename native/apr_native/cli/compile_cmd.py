@@ -7,8 +7,8 @@ that runs elsewhere (`apr_native/compile/`, one module per target).
     apr compile demo --target web -o site/               a static site (page, Pyodide, shards)
     apr compile model.gguf --target web -o site/ --quantize Q4_K_M --max-shard 32M
 
-    apr compile demo --target worker -o bundle/          a Cloudflare Python Worker bundle
-                                                         answering POST /v1/completions
+    apr compile demo --target worker -o bundle/          a JavaScript Worker bundle (workerd,
+                                                         Cloudflare) carrying Pyodide: OpenAI's API
 """
 from __future__ import annotations
 
@@ -125,8 +125,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="model file (.gguf, .apr) or a built-in name ('demo')")
     p.add_argument("--target", choices=TARGETS, default="pyz",
                    help="pyz (a Python zipapp; the default), web (a static site folder: "
-                   "page, Pyodide, the model's shards), worker (a Cloudflare Python Worker "
-                   "bundle folder: POST /v1/completions)")
+                   "page, Pyodide, the model's shards), worker (a JavaScript Worker "
+                   "bundle folder for workerd / Cloudflare, carrying its own Pyodide: "
+                   "/v1/completions, /v1/chat/completions)")
     p.add_argument("-o", "--output", help="output file, a folder for web (default: MODEL's "
                    "name + .pyz or .web)")
     p.add_argument("--external", nargs="?", const="", metavar="PATH|URL",

@@ -1,19 +1,17 @@
-"""Write `workerd/config.capnp` for a worker bundle: every file under `src/` becomes a
-module of the Python worker (`.py` a Python module, anything else a data module, which
-Python reads as a file), and so does every file under `python_modules/` when a vendoring
-step (`pywrangler sync`) has put packages there.
+"""Write `workerd/config.capnp` for a worker bundle: every file of the bundle's worker (all
+but model/, workerd/ and the deployment files) becomes a module: `.mjs`/`.js` an ES module,
+`.wasm` a precompiled wasm module, `.json` a JSON module, anything else a data module.
 
     python3 workerd/make_config.py [BUNDLE_DIR]       # default: this file's bundle
 
-`apr compile --target worker` runs it once; run it again after changing `src/` or
-vendoring packages. The config has two entry points, both serving 127.0.0.1:8787 and both
-run from the bundle's directory (the model folder is the relative path `model`):
+`apr compile --target worker` runs it once. Run from the bundle's directory (the model
+folder is the relative path `model`), with no flags:
 
-    workerd serve workerd/config.capnp config --experimental   the Python worker
-    workerd serve workerd/config.capnp probe     the JavaScript probe (probe.mjs)
+    npx workerd serve workerd/config.capnp            # the worker on 127.0.0.1:8787
 
 `MODEL` is an R2-style binding over the files in `model/` (r2_disk.mjs), standing in for
-the R2 bucket the worker has on Cloudflare. Standard library only, Python 3.8+.
+the R2 bucket the worker has on Cloudflare; `API_KEY` (a text binding, commented out) makes
+the worker ask for `Authorization: Bearer KEY`. Standard library only, Python 3.8+.
 
 This file is apr_native/compile/worker_bundle/make_config.py; in the bundle it is
 `workerd/make_config.py`.
@@ -21,25 +19,19 @@ This file is apr_native/compile/worker_bundle/make_config.py; in the bundle it i
 import os
 import sys
 
-COMPATIBILITY_DATE = "2026-11-01"
-ADDRESS = "127.0.0.1:8787"
-SOURCE_DIRS = (("src", ""), ("python_modules", "python_modules/"))   # (folder, name prefix)
+COMPATIBILITY_DATE = "2025-05-05"     # FinalizationRegistry; no nodejs_compat (Pyodide's
+ADDRESS = "127.0.0.1:8787"            # loader would take its Node path)
+SKIP = ("model", "workerd", "wrangler.toml", "README.md")
+KINDS = {".mjs": "esModule", ".js": "esModule", ".wasm": "wasm", ".json": "json"}
+ENTRY = "worker.mjs"
 
 HEADER = """\
 # workerd config of an apr worker bundle, written by workerd/make_config.py.
-# Run from the bundle's directory:
-#   workerd serve workerd/config.capnp config --experimental   the Python worker on {address}
-#   workerd serve workerd/config.capnp probe     the JavaScript probe on {address}
+# Run from the bundle's directory:  npx workerd serve workerd/config.capnp
 using Workerd = import "/workerd/workerd.capnp";
 
 const config :Workerd.Config = (
-  services = [(name = "main", worker = .pythonWorker), .modelFiles],
-  sockets = [(name = "http", address = "{address}", http = (), service = "main")],
-  extensions = [.localR2],
-);
-
-const probe :Workerd.Config = (
-  services = [(name = "main", worker = .probeWorker), .modelFiles],
+  services = [(name = "main", worker = .aprWorker), .modelFiles],
   sockets = [(name = "http", address = "{address}", http = (), service = "main")],
   extensions = [.localR2],
 );
@@ -52,38 +44,31 @@ const localR2 :Workerd.Extension = (
   modules = [(name = "apr:r2-disk", esModule = embed "r2_disk.mjs", internal = true)],
 );
 
-const modelBinding :Workerd.Worker.Binding = (
-  name = "MODEL",
-  wrapped = (moduleName = "apr:r2-disk", innerBindings = [(name = "files", service = "model-files")]),
-);
-
-const probeWorker :Workerd.Worker = (
-  modules = [(name = "probe", esModule = embed "probe.mjs")],
+const aprWorker :Workerd.Worker = (
   compatibilityDate = "{date}",
-  bindings = [.modelBinding, (name = "MANIFEST", json = embed "../src/apr_worker/manifest.json")],
-);
-
-const pythonWorker :Workerd.Worker = (
-  compatibilityDate = "{date}",
-  compatibilityFlags = ["python_workers"],
-  bindings = [.modelBinding],
+  bindings = [
+    (name = "MODEL", wrapped = (moduleName = "apr:r2-disk",
+                                innerBindings = [(name = "files", service = "model-files")])),
+    # (name = "API_KEY", text = "a secret"),
+  ],
   modules = [
 """
 
 
 def module_files(bundle: str):
-    """(module name, path relative to workerd/) of every source file, entry point first."""
+    """(module name, kind, path relative to workerd/) of the worker's files, entry first."""
     found = []
-    for folder, prefix in SOURCE_DIRS:
-        root = os.path.join(bundle, folder)
-        for dirpath, dirnames, files in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-            for name in sorted(files):
-                if name.endswith((".pyc", ".pyo")):
-                    continue
-                rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-                found.append((prefix + rel, "../{}/{}".format(folder, rel)))
-    found.sort(key=lambda item: (item[0] != "worker.py", item[0]))
+    for dirpath, dirnames, files in os.walk(bundle):
+        rel_dir = os.path.relpath(dirpath, bundle).replace(os.sep, "/")
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = sorted(d for d in dirnames if rel_dir + d not in SKIP)
+        for name in sorted(files):
+            rel = rel_dir + name
+            if rel in SKIP or name.startswith("."):
+                continue
+            kind = KINDS.get(os.path.splitext(name)[1], "data")
+            found.append((rel, kind, "../" + rel))
+    found.sort(key=lambda item: (item[0] != ENTRY, item[0]))
     return found
 
 
@@ -93,10 +78,8 @@ def _quote(text: str) -> str:
 
 def config_text(bundle: str) -> str:
     lines = [HEADER.format(address=ADDRESS, date=COMPATIBILITY_DATE)]
-    for name, path in module_files(bundle):
-        kind = "pythonModule" if name.endswith(".py") else "data"
-        lines.append("    (name = {}, {} = embed {}),\n".format(_quote(name), kind,
-                                                               _quote(path)))
+    for name, kind, path in module_files(bundle):
+        lines.append("    (name = {}, {} = embed {}),\n".format(_quote(name), kind, _quote(path)))
     lines.append("  ],\n);\n")
     return "".join(lines)
 

@@ -9,7 +9,7 @@ against the size and sha256 recorded at build time, and opened through apr_core'
 `BytesSource` -> `open_model` -> THE engine object.
 
 This file is apr_native/compile/worker_bundle/store.py; in the bundle it is
-`src/apr_worker/store.py`.
+`apr_worker/store.py`.
 """
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ class R2Reader(AsyncRangeReader):
         return data
 
 
-async def read_all(reader: AsyncRangeReader, expect: Dict[str, Any]) -> BytesSource:
-    """The whole object as a BytesSource, checked against `expect` (`size`, `sha256`)."""
+async def read_all(reader: AsyncRangeReader, expect: Dict[str, Any]) -> bytearray:
+    """The whole object's bytes, checked against `expect` (`size`, `sha256`)."""
     size = int(expect.get("size", reader.size))
     if reader.size != size:
         raise AprError(ErrorCode.CHECKSUM, "the model object's size differs from the build",
@@ -102,7 +102,32 @@ async def read_all(reader: AsyncRangeReader, expect: Dict[str, Any]) -> BytesSou
     if expect.get("sha256") and digest.hexdigest() != expect["sha256"]:
         raise AprError(ErrorCode.CHECKSUM, "the model object's sha256 differs from the build",
                        source=reader.name, expected=expect["sha256"], got=digest.hexdigest())
-    return BytesSource(data, reader.name)
+    return data
+
+
+def place(model_file: Any, data: Any) -> Any:
+    """(kernels, model) for the engine: with the shell's SIMD kernels registered
+    (apr_webkernel, worker.mjs), every weight they read in place is copied into their
+    memory as stored (GGUF blocks) and the model reads it from there; else numpy's."""
+    from apr_core.quant import registry
+    try:
+        from apr_websource import _state as shell
+    except ImportError:           # a runtime without the shell's glue: numpy's kernels
+        return registry.NUMPY, model_file, None
+    kernels = shell.get("kernels")
+    if kernels is None or not shell.get("placement"):
+        return registry.NUMPY, model_file, None
+    import js  # type: ignore[import-not-found]
+    import numpy as np
+    from apr_webkernel import _address
+    from apr_webplace import PlacedModel, ResidentBlocks, placeable
+    kernel = js.aprSimd
+    placed = {}
+    whole = np.frombuffer(data, np.uint8)
+    for name, offset, size in placeable(model_file):
+        handle = int(kernel.upload(_address(whole[offset:offset + size]), size))
+        placed[name] = ResidentBlocks(kernel, handle, size)
+    return kernels, PlacedModel(model_file, placed), kernel
 
 
 async def load_engine(env: Any) -> Any:
@@ -118,10 +143,12 @@ async def load_engine(env: Any) -> Any:
                        "model as MODEL (wrangler.toml [[r2_buckets]])")
     key = str(getattr(env, "MODEL_KEY", None) or info["model"]["key"])
     reader = await R2Reader.open(bucket, key)
-    source = await read_all(reader, info["model"])
-    model_file = open_model(source, verify=False)      # its sha256 was checked above
+    data = await read_all(reader, info["model"])
+    model_file = open_model(BytesSource(data, reader.name), verify=False)  # sha256 checked
+    kernels, model, kernel = place(model_file, data)
     text_model = TextModel.from_model_file(
-        model_file, dequantize_at_load=bool(info.get("dequantize", True)))
+        model, dequantize_at_load=kernel is None and bool(info.get("dequantize", True)),
+        kernels=kernels)
     options = EngineOptions(mmap=False, max_batch=1,
                             kv_memory=int(info.get("kv_memory", DEFAULT_KV_MEMORY)))
     return Engine(text_model, options, path=reader.name)
