@@ -28,6 +28,8 @@ class ErrorCode(enum.Enum):
     E013 = ("NETWORK", "Network or remote repository error", 3)
     E014 = ("AUTH", "Authentication required", 3)
     E015 = ("OFFLINE", "Not in the cache and offline", 3)
+    # Saved state (a session's KV cache) made for another model, KV type or context.
+    E016 = ("MISMATCH", "Saved state does not fit this model or its settings", 5)
 
     @property
     def category(self) -> str:

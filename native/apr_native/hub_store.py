@@ -51,11 +51,15 @@ def url_blob(sha256: str) -> Path:
     return cache_dir() / "blobs" / "sha256" / sha256
 
 
+def _stamp_key(path: Path, stat: os.stat_result) -> str:
+    return "{} {} {}".format(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+
+
 def verify(path: Path, sha256: str, what: str) -> None:
     """E004 unless `path` hashes to `sha256`; a stamp remembers a verified file."""
     stat = path.stat()
     stamp = cache_dir() / "verified" / "{}.{}".format(sha256, stat.st_size)
-    key = "{} {} {}".format(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    key = _stamp_key(path, stat)
     if stamp.is_file() and stamp.read_text() == key:
         return
     actual = sha256_file(str(path))
@@ -65,6 +69,22 @@ def verify(path: Path, sha256: str, what: str) -> None:
                        expected=sha256, actual=actual)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(key)
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file at `path`, from the stamp `verify` (or an earlier call)
+    left while its path, size and mtime stay the same; else hashed once and stamped."""
+    stat = path.stat()
+    key = _stamp_key(path, stat)
+    folder = cache_dir() / "verified"
+    for stamp in folder.glob("*.{}".format(stat.st_size)) if folder.is_dir() else ():
+        digest = stamp.name.split(".")[0]
+        if len(digest) == 64 and stamp.read_text() == key:
+            return digest
+    digest = sha256_file(str(path))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "{}.{}".format(digest, stat.st_size)).write_text(key)
+    return digest
 
 
 # --- the record of pulled references -------------------------------------------------

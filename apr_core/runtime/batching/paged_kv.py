@@ -175,6 +175,11 @@ class BlockPool:
         self.refcount[block] += 1
         return block
 
+    def find(self, key: bytes) -> Optional[int]:
+        """The block registered under `key`, or None; nothing changes (no user taken, no
+        hit counted): a reader of cached KV such as a session save."""
+        return self._by_hash.get(key) if self.prefix_cache else None
+
     def register(self, block: int, key: bytes) -> None:
         """`block` is full and holds the KV of the prefix `key` names: make it findable
         (unless another block already is, or prefix caching is off)."""

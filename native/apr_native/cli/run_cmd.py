@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Optional
 
 from apr_core.runtime.option_ranges import RANGES
 
 from .. import backends
 from ..engine import Engine, EngineOptions, load_engine
+from . import chat_session
 from . import chat_template_arg
 from . import context_args
 from . import prompting
@@ -91,8 +93,13 @@ def run_chat(args: argparse.Namespace) -> int:
     transcript = ""
     interactive = sys.stdin.isatty()
     messages = [{"role": "system", "content": args.system}] if args.system else []
+    session = chat_session.ChatSession(args.session, engine) if args.session else None
+    saved = session.resume("chat" if chat else "raw") if session else None
+    if saved is not None:
+        messages, transcript = list(saved.get("messages", [])), saved.get("transcript", "")
     sampler = sampler_args.config(args)
     spec = speculate_args.config(args, engine)
+    turn = 0
     while True:
         if interactive:
             sys.stdout.write("> ")
@@ -111,20 +118,33 @@ def run_chat(args: argparse.Namespace) -> int:
         else:
             transcript += text + "\n"
             ids = model.prompt_ids(transcript)
-        reply, finished = [], []
+        reply, finished, generated = [], [], []
+        start, first = time.perf_counter(), None
         for piece in engine.stream(ids, sampler, args.max_tokens, args.stop or (), spec,
                                    finished.append, ignore_eos=args.ignore_eos):
+            first = first or time.perf_counter()
+            if piece.token_id >= 0:
+                generated.append(piece.token_id)
             reply.append(piece.text)
             sys.stdout.write(piece.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
         sys.stdout.flush()
+        turn += 1
         for event in finished:
             speculate_args.report(args, event.speculative)
+            if args.verbose:
+                print("apr: turn {}: {} prompt tokens, {} reused from the cache, first token "
+                      "after {:.3f} s".format(turn, event.prompt_tokens, event.cached_tokens,
+                                              (first or time.perf_counter()) - start),
+                      file=sys.stderr)
         if chat:
             messages.append({"role": "assistant", "content": "".join(reply)})
         else:
             transcript += "".join(reply) + "\n"
+        if session is not None:
+            session.save(ids + generated, {"mode": "chat" if chat else "raw",
+                                           "messages": messages, "transcript": transcript})
     return 0
 
 
@@ -165,5 +185,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_run)
     p = sub.add_parser("chat", help=help_line("chat"))
     _common(p)
+    chat_session.add_argument(p)
     prompting.add_template_arguments(p)
     p.set_defaults(func=run_chat)
