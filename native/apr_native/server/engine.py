@@ -10,8 +10,11 @@ The model, its kernels and the block pool are only ever touched by the engine th
 numba pool has one task descriptor; two forward passes at once would corrupt it). Other
 threads talk to it through an inbox: submissions, cancellations and `run(fn)` calls are
 taken between steps, so a request joins the running batch at the next step and a
-cancelled one (client gone) frees its KV blocks at once. The waiting queue is bounded:
-`submit` refuses with 429 when `max_queue` requests are already waiting.
+cancelled one (client gone) frees its KV blocks at once. The inbox holds typed messages
+(`Submit`, `Cancel`, `Call`). The waiting queue is bounded: `submit` refuses with 429 when
+`max_queue` requests are already waiting. What other threads read about the scheduler
+(`queue_depth`, `stats()`, `snapshot`) is an immutable `EngineStats` the engine thread
+publishes after each step, never the scheduler itself.
 """
 from __future__ import annotations
 
@@ -19,18 +22,19 @@ import asyncio
 import threading
 import time
 from collections import deque
-from dataclasses import replace
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Deque, Dict, Optional, Tuple, Union
 
 from apr_core.errors import AprError
 from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, GenerationRequest
 from apr_core.runtime.sampling_defaults import SamplingDefaults, read_recommended, resolve
 
 from ..engine import Engine, EngineOptions, load_engine
+from .engine_stats import RATE_WINDOW_S, EngineStats
 from .errors import ApiError
 from .server_log import ServerLog
+
 IDLE_WAIT_S = 0.5           # the engine thread's sleep with nothing to do (woken on work)
-RATE_WINDOW_S = 10.0        # tokens per second are averaged over this much recent time
 
 
 class Done:
@@ -70,7 +74,31 @@ class Job:
         """Stop generating and free the KV blocks (idempotent)."""
         if not self.cancelled:
             self.cancelled = True
-            self.engine._post(("cancel", self))
+            self.engine._post(Cancel(self))
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Inbox message: add `job`'s request to the running batch."""
+    job: Job
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Inbox message: stop `job` and free its KV blocks."""
+    job: Job
+
+
+@dataclass(frozen=True)
+class Call:
+    """Inbox message: `fn(model)` between steps; its result or exception settles
+    `future` on `loop`."""
+    fn: Callable[[Any], Any]
+    future: "asyncio.Future[Any]"
+    loop: asyncio.AbstractEventLoop
+
+
+Message = Union[Submit, Cancel, Call]
 
 
 class ServingEngine:
@@ -100,13 +128,15 @@ class ServingEngine:
         self.engine: Optional[Engine] = None
         self.load_error: Optional[str] = None
         self.created = int(time.time())
-        self._inbox: Deque[Tuple[Any, ...]] = deque()
+        self._inbox: Deque[Message] = deque()
         self._wake = threading.Condition()
         self._ready = threading.Event()
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
-        self._pending = 0           # submissions in the inbox, not yet in the scheduler
-        self._progress: Deque[Tuple[float, int]] = deque()   # (time, tokens generated)
+        # submissions posted and not yet in a published snapshot (guarded by _wake)
+        self._pending = 0
+        self._progress: Deque[Tuple[float, int]] = deque()   # engine thread only
+        self._snapshot: Optional[EngineStats] = None         # replaced whole, under _wake
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -139,45 +169,28 @@ class ServingEngine:
         return None if self.engine is None else self.engine.backend
 
     @property
+    def snapshot(self) -> Optional[EngineStats]:
+        """The scheduler's figures as the engine thread last published them (None until
+        the model is loaded): an immutable object, safe to read from any thread."""
+        return self._snapshot
+
+    def _published(self) -> Tuple[int, Optional[EngineStats]]:
+        """(submissions not in the snapshot yet, the snapshot), read together."""
+        with self._wake:
+            return self._pending, self._snapshot
+
+    @property
     def queue_depth(self) -> int:
         """Requests waiting plus sequences running."""
-        if self.engine is None or self.engine._scheduler is None:
-            return self._pending
-        s = self.engine._scheduler
-        return self._pending + len(s.waiting) + len(s.running)
+        pending, snap = self._published()
+        return pending if snap is None else pending + snap.waiting + snap.running
 
     def stats(self) -> Dict[str, float]:
-        """Scheduler and block-pool figures (read without locking: plain counters)."""
-        if self.engine is None:
+        """Scheduler and block-pool figures (`EngineStats.figures`); {} until ready."""
+        pending, snap = self._published()
+        if snap is None or not self.ready:
             return {}
-        s = self.engine.scheduler if self.ready else None
-        if s is None:
-            return {}
-        pool = s.pool
-        queried = s.stats["prompt_tokens"]
-        return {"prefix_hit_ratio": s.stats["cached_tokens"] / queried if queried else 0.0,
-                "tokens_per_second": self._rate(s.stats["generated_tokens"]),
-                "running": len(s.running), "waiting": len(s.waiting) + self._pending,
-                "kv_blocks_used": pool.used, "kv_blocks_free": pool.free,
-                "kv_blocks_cached": pool.cached, "kv_blocks_total": pool.n_blocks,
-                "kv_block_tokens": pool.block_size, "kv_bytes": pool.nbytes,
-                "prefix_queries": s.stats["prompt_tokens"],
-                "prefix_hits": s.stats["cached_tokens"],
-                "generated_tokens": s.stats["generated_tokens"],
-                "preempted": s.stats["preempted"], "steps": s.stats["steps"],
-                "drafted_tokens": s.stats["drafted_tokens"],
-                "accepted_tokens": s.stats["accepted_tokens"],
-                "max_batch": s.max_batch}
-
-    def _rate(self, generated: int) -> float:
-        """Tokens per second over the last RATE_WINDOW_S (0 when idle that long)."""
-        now = time.perf_counter()
-        samples = list(self._progress)
-        recent = [(t, g) for t, g in samples if now - t <= RATE_WINDOW_S]
-        if not recent:
-            return 0.0
-        t0, g0 = recent[0]
-        return (generated - g0) / max(now - t0, 1e-3)
+        return snap.figures(pending)
 
     # ------------------------------------------------------------------ requests
 
@@ -186,12 +199,12 @@ class ServingEngine:
         if not self.ready:
             raise ApiError(503, self.load_error or "model is still loading",
                            code="model_not_ready", headers={"Retry-After": "1"})
-        scheduler = self.engine.scheduler
-        if self._pending + len(scheduler.waiting) >= self.max_queue:
+        pending, snap = self._published()
+        if pending + (snap.waiting if snap is not None else 0) >= self.max_queue:
             raise ApiError(429, "the request queue is full; retry later",
                            code="queue_full", headers={"Retry-After": "1"})
         job = Job(self, request, asyncio.get_running_loop())
-        self._post(("submit", job), pending=1)
+        self._post(Submit(job), pending=1)
         return job
 
     async def run(self, fn: Callable[[Any], Any]) -> Any:
@@ -201,13 +214,13 @@ class ServingEngine:
                            code="model_not_ready", headers={"Retry-After": "1"})
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._post(("call", fn, future, loop))
+        self._post(Call(fn, future, loop))
         return await future
 
-    def _post(self, item: Tuple[Any, ...], pending: int = 0) -> None:
+    def _post(self, message: Message, pending: int = 0) -> None:
         with self._wake:
             self._pending += pending
-            self._inbox.append(item)
+            self._inbox.append(message)
             self._wake.notify()
 
     # ------------------------------------------------------------------ engine thread
@@ -215,7 +228,7 @@ class ServingEngine:
     def _run(self) -> None:
         try:
             self.engine = load_engine(self.path, self.options)
-            self.engine.scheduler        # the block pool, before the first request
+            self._publish(self.engine.scheduler, 0)  # the block pool, before a request
             if self._make_speculative is not None:
                 self.speculative = self._make_speculative(self.engine)
             self.sampling_defaults = resolve(self._recommended(), self.sampling_flags,
@@ -235,18 +248,28 @@ class ServingEngine:
             with self._wake:
                 while not self._inbox and not self._stopping and not scheduler.has_work():
                     self._wake.wait(IDLE_WAIT_S)
-                items = list(self._inbox)
+                messages = list(self._inbox)
                 self._inbox.clear()
-                self._pending -= sum(1 for item in items if item[0] == "submit")
                 stopping = self._stopping
-            for item in items:
-                self._handle(scheduler, item)
+            for message in messages:
+                self._handle(scheduler, message)
+            # the submissions taken leave `_pending` as they enter the snapshot
+            self._publish(scheduler, sum(isinstance(m, Submit) for m in messages))
             if stopping:
                 self._shut_down(scheduler)
                 return
             if scheduler.has_work():
                 scheduler.step()
                 self._note_progress(scheduler.stats["generated_tokens"])
+                self._publish(scheduler, 0)
+
+    def _publish(self, scheduler: Any, taken: int) -> None:
+        """Replace the snapshot by the scheduler's figures now (engine thread); `taken`
+        submissions moved from the inbox into the scheduler since the last one."""
+        snapshot = EngineStats.of(scheduler, tuple(self._progress))
+        with self._wake:
+            self._snapshot = snapshot
+            self._pending -= taken
 
     def _recommended(self) -> Dict[str, Any]:
         """The model's recommended sampling; a side file that cannot be read costs the
@@ -267,10 +290,9 @@ class ServingEngine:
         while self._progress and now - self._progress[0][0] > RATE_WINDOW_S:
             self._progress.popleft()
 
-    def _handle(self, scheduler: Any, item: Tuple[Any, ...]) -> None:
-        kind = item[0]
-        if kind == "submit":
-            job = item[1]
+    def _handle(self, scheduler: Any, message: Message) -> None:
+        if isinstance(message, Submit):
+            job = message.job
             if job.cancelled:
                 return
             request = job.request
@@ -280,17 +302,18 @@ class ServingEngine:
                 job.state = scheduler.submit(request, job.emit)
             except Exception as err:        # a bad request: its own error, nobody else's
                 job.emit(ErrorEvent(err))
-        elif kind == "cancel":
-            job = item[1]
+        elif isinstance(message, Cancel):
+            job = message.job
             if job.state is not None and not job.state.done:
                 scheduler.cancel(job.state)
-        elif kind == "call":
-            fn, future, loop = item[1:]
+        elif isinstance(message, Call):
             try:
-                result, error = fn(self.engine.model), None
-            except BaseException as err:    # delivered to the awaiting handler
+                result, error = message.fn(self.engine.model), None
+            except Exception as err:        # delivered to the awaiting handler
                 result, error = None, err
-            loop.call_soon_threadsafe(_settle, future, result, error)
+            message.loop.call_soon_threadsafe(_settle, message.future, result, error)
+        else:
+            raise TypeError("not an engine message: {!r}".format(message))
 
     def _shut_down(self, scheduler: Any) -> None:
         for seq in list(scheduler.running) + list(scheduler.waiting):
@@ -300,7 +323,7 @@ class ServingEngine:
                 state.emit(ErrorEvent(ApiError(503, "server is shutting down")))
 
 
-def _settle(future: "asyncio.Future[Any]", result: Any, error: Optional[BaseException]
+def _settle(future: "asyncio.Future[Any]", result: Any, error: Optional[Exception]
             ) -> None:
     if future.cancelled():
         return
@@ -310,4 +333,5 @@ def _settle(future: "asyncio.Future[Any]", result: Any, error: Optional[BaseExce
         future.set_result(result)
 
 
-__all__ = ["ServingEngine", "Job", "Done", "EngineOptions"]
+__all__ = ["ServingEngine", "Job", "Done", "EngineOptions", "EngineStats", "Submit",
+           "Cancel", "Call"]
