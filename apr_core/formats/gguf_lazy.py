@@ -6,8 +6,7 @@ lengths without decoding them (`Cursor.skip_strings`) and keeps each array as a
 `GGUFArray` over its raw bytes, like gguf-py's memmap views, so `apr inspect` touches
 only what it shows. `GGUFFile.metadata` turns them into plain lists the first time it is
 read (every consumer that needs values gets lists); `GGUFFile.header_metadata` leaves them
-lazy for header-only readers. `decode_count` counts full decodes (tests assert inspect
-makes none). Standard library only.
+lazy for header-only readers. Standard library only.
 """
 from __future__ import annotations
 
@@ -18,9 +17,6 @@ from collections.abc import Sequence
 
 _U64 = struct.Struct("<Q")
 CHECKPOINT = 1024           # one string offset remembered per this many strings
-
-# Number of times any GGUFArray decoded all its values (tests read it).
-decode_count = 0
 
 
 class GGUFArray(Sequence):
@@ -46,8 +42,6 @@ class GGUFArray(Sequence):
     def values(self) -> List[Any]:
         """All values as a new list (decoded once, then cached)."""
         if self._values is None:
-            global decode_count
-            decode_count += 1
             self._values = self._decode_all()
         return list(self._values)
 
@@ -147,4 +141,4 @@ def plain(value: Any) -> Any:
     return value
 
 
-__all__ = ["GGUFArray", "materialize", "plain", "decode_count"]
+__all__ = ["GGUFArray", "materialize", "plain"]
