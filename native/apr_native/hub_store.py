@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -85,6 +86,17 @@ def file_sha256(path: Path) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "{}.{}".format(digest, stat.st_size)).write_text(key)
     return digest
+
+
+def model_sha256(path: str) -> str:
+    """The sha256 naming a model (a session file's `model.sha256`): its file's
+    (`file_sha256`), or for a directory the sha256 of its files' names and digests."""
+    target = Path(path)
+    if target.is_file():
+        return file_sha256(target)
+    lines = ["{} {}".format(p.relative_to(target).as_posix(), file_sha256(p))
+             for p in sorted(target.rglob("*")) if p.is_file()]
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
 # --- the record of pulled references -------------------------------------------------

@@ -11,32 +11,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.runtime import kv_session
 
-from .. import hub_store
+from ..hub_store import model_sha256
 
 
 def add_argument(p: Any) -> None:
     p.add_argument("--session", metavar="FILE",
                    help="keep the conversation and its KV cache in FILE: resumed from it "
                    "when it exists (same model, --kv-type and --ctx), saved after each turn")
-
-
-def model_sha256(path: str) -> str:
-    """The sha256 naming a model: its file's (hashed once per path, size and mtime,
-    `hub_store.file_sha256`), or for a directory the sha256 of its files' names and
-    digests."""
-    target = Path(path)
-    if target.is_file():
-        return hub_store.file_sha256(target)
-    lines = ["{} {}".format(p.relative_to(target).as_posix(), hub_store.file_sha256(p))
-             for p in sorted(target.rglob("*")) if p.is_file()]
-    import hashlib
-    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
 def _quiet() -> bool:

@@ -20,7 +20,7 @@ import argparse
 import ipaddress
 import os
 import socket
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.runtime.sampling_defaults import BUILT_IN_VALUES
@@ -135,6 +135,18 @@ def _uvicorn(app: Any, args: argparse.Namespace, sock: socket.socket) -> int:
     return 0
 
 
+def _slot_folder(path: Optional[str]) -> Optional[str]:
+    """--slot-save-path: the folder (created when missing), E007 when it cannot be."""
+    if not path:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise AprError(ErrorCode.IO, "cannot create the slot save folder", path=path,
+                       error=err.strerror or str(err))
+    return path
+
+
 def run_serve(args: argparse.Namespace) -> int:
     from apr_native.server.app import ServerSettings, create_app
     from apr_native.server.engine import ServingEngine
@@ -151,7 +163,8 @@ def run_serve(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
                               max_body=parse_size(args.max_body),
-                              cors_origins=tuple(args.cors or ()))
+                              cors_origins=tuple(args.cors or ()),
+                              slot_save_path=_slot_folder(args.slot_save_path))
     if is_speech_model(path):       # Whisper: OpenAI's audio routes (server/speech_app.py)
         return _serve_speech(args, path, settings, log)
     template = chat_template_arg.option(args)
@@ -231,6 +244,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="let web pages from ORIGIN call the API ('*' for any; repeatable; "
                    "default: no origin)")
     p.add_argument("--max-body", default="4M", help="largest request body (e.g. 64K, 4M)")
+    p.add_argument("--slot-save-path", metavar="DIR",
+                   help="enable POST /slots/{id}?action=save|restore|erase (llama-server's): "
+                   "session files of a slot's conversation and KV cache go to DIR")
     p.add_argument("--max-upload", default="25M",
                    help="largest audio upload of a speech model (POST /v1/audio/...)")
     p.add_argument("--dequantize", action="store_true",

@@ -7,7 +7,8 @@ Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/mode
 /v1/models/{id} (with the backend, context and sampling defaults in `meta`), /props
 (llama-server's: `default_generation_settings`, the sampling a request gets for the
 fields it leaves out and where each value came from), /health (alive, and the backend),
-/ready (503 until the model is loaded), /metrics (Prometheus). With an API key, /v1/*,
+/ready (503 until the model is loaded), /metrics (Prometheus), POST /slots/{id}
+(llama-server's slot save/restore/erase, with `slot_save_path`: slots.py). With an API key, /v1/*,
 /props and /metrics want `Authorization: Bearer KEY`; the probes stay open for load
 balancers. `cors_origins` lets web pages on those origins call the API. The same app
 object runs under uvicorn (`apr serve`) or as Ray Serve replicas (examples/ray_serve.py).
@@ -33,6 +34,7 @@ from .metrics import Metrics
 from .openai_format import Completion, embedding_list
 from .server_log import note_usage
 from .service import build_app, endpoint_wrapper, service_routes
+from .slots import Slots, slot_routes
 from .streaming import EventStream, Recorder, collect
 from .transcriptions import TASKS as AUDIO_ROUTES, not_a_speech_model
 
@@ -46,6 +48,7 @@ class ServerSettings:
     max_tokens: int = DEFAULT_MAX_TOKENS
     max_body: int = DEFAULT_MAX_BODY
     cors_origins: Tuple[str, ...] = ()      # origins whose pages may call the API; "*": any
+    slot_save_path: Optional[str] = None    # folder of POST /slots/{id} session files
 
 
 async def read_json(request: Request, limit: int) -> dict:
@@ -79,6 +82,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
     metrics = Metrics(api_paths, lambda: engine.queue_depth, lambda: 1 if engine.ready else 0,
                       engine.stats)
     endpoint = endpoint_wrapper(engine, settings.api_key)
+    slots = Slots(engine, settings.slot_save_path) if settings.slot_save_path else None
 
     def check_model(name: str) -> None:
         service.check_model(engine, name)
@@ -98,7 +102,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         return engine.sampling_defaults.values if engine.sampling_defaults else {}
 
     async def generate(request: Request, kind: str, req: Any,
-                       prepare: Callable[[Any], list], param: str) -> Any:
+                       prepare: Callable[[Any], list], param: str, id_slot: int = 0) -> Any:
         check_model(req.model)
         started = time.perf_counter()
         model = engine.model
@@ -110,21 +114,24 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         tracker = RequestTracker(req.params.n, req.output, req.params.logprobs is not None)
         note_usage(request.scope, lambda: (tracker.prompt_tokens, tracker.completion_tokens))
         recorder = Recorder(tracker, metrics, started)
+        if slots is not None:       # the slot's conversation, for POST /slots/{id}
+            recorder = slots.recording(recorder, id_slot, generation.prompt_ids)
         if req.params.stream:
             return EventStream(job, completion, recorder, req.params.include_usage)
         return await collect(job, request.receive, completion, recorder)
 
     async def chat(request: Request) -> Any:
-        req = schemas.chat_request(await read_json(request, settings.max_body),
-                                   settings.max_tokens, defaults())
+        body = await read_json(request, settings.max_body)
+        req = schemas.chat_request(body, settings.max_tokens, defaults())
         return await generate(request, "chat", req,
-                              lambda m: work.chat_ids(m, req.messages, req.output), "messages")
+                              lambda m: work.chat_ids(m, req.messages, req.output), "messages",
+                              slots.slot_of(body) if slots is not None else 0)
 
     async def completions(request: Request) -> Any:
-        req = schemas.completion_request(await read_json(request, settings.max_body),
-                                         settings.max_tokens, defaults())
+        body = await read_json(request, settings.max_body)
+        req = schemas.completion_request(body, settings.max_tokens, defaults())
         return await generate(request, "text", req, lambda m: work.prompt_ids(m, req.prompt),
-                              "prompt")
+                              "prompt", slots.slot_of(body) if slots is not None else 0)
 
     async def embeddings(request: Request) -> Any:
         req = schemas.embedding_request(await read_json(request, settings.max_body))
@@ -154,6 +161,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         Route("/props", endpoint(props), methods=["GET"]),
         *(Route(path, endpoint(audio, needs_model=False), methods=["POST"])
           for path in AUDIO_ROUTES),
+        *slot_routes(slots, lambda r: read_json(r, settings.max_body), endpoint),
         *service_routes(engine, metrics, meta, endpoint),
     ]
     return build_app(routes, engine, metrics, settings.cors_origins, manage_engine)
