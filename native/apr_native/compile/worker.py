@@ -40,7 +40,7 @@ from .pyz import apr_core_files, check_model
 Progress = Callable[[int, int], None]        # (bytes done, bytes in all)
 COPY_CHUNK = 8 << 20
 WORKER_FORMAT = 1
-DEFAULT_KV_MEMORY = 64 << 20
+DEFAULT_KV_MEMORY = 16 << 20       # KV blocks in Python's heap: ~700 positions of SmolLM2-135M
 BUCKET = "apr-models"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,6 +66,7 @@ PYTHON_FILES = {
     "apr_worker/api.py": os.path.join(_TEMPLATES, "api.py"),
     "apr_worker/store.py": os.path.join(_TEMPLATES, "store.py"),
     "apr_worker/js_entry.py": os.path.join(_TEMPLATES, "js_entry.py"),
+    "apr_worker/placement.py": os.path.join(_TEMPLATES, "placement.py"),
     # the JSON shapes `apr serve` answers with: stdlib + numpy, so they run in the worker
     "apr_worker/openai_format.py": os.path.join(os.path.dirname(_HERE), "server",
                                                 "openai_format.py"),

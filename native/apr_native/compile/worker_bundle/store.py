@@ -4,9 +4,10 @@ The binding is Cloudflare's R2 bucket API (or `workerd/r2_disk.mjs` locally, or 
 stand-in): `await head(key)` -> an object with `size` (None when absent) and
 `await get(key, {range: {offset, length}})` -> an object whose `arrayBuffer()` holds those
 bytes. `R2Reader` is apr_core's `AsyncRangeReader` over it; the object is read in ranged
-chunks into one buffer (so the JavaScript side never holds more than a chunk), checked
-against the size and sha256 recorded at build time, and opened through apr_core's
-`BytesSource` -> `open_model` -> THE engine object.
+chunks (so the JavaScript side never holds more than a chunk), checked against the size
+and sha256 recorded at build time, and opened through apr_core's `open_model` -> THE
+engine object: with the SIMD kernels, its weights streamed into their memory
+(placement.py), else the whole object in one buffer (`BytesSource`).
 
 This file is apr_native/compile/worker_bundle/store.py; in the bundle it is
 `apr_worker/store.py`.
@@ -17,13 +18,12 @@ import asyncio
 import hashlib
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.io import AsyncRangeReader, BytesSource
-
-CHUNK = 16 << 20                # bytes per ranged read of the model object
-DEFAULT_KV_MEMORY = 64 << 20    # bytes of KV blocks: about 1400 positions of SmolLM2-135M
+from apr_worker.placement import CHUNK, check_digest, check_size, open_header, stream_placed
+DEFAULT_KV_MEMORY = 16 << 20    # bytes of KV blocks: about 700 positions of SmolLM2-135M
 MANIFEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifest.json")
 
 _state: Dict[str, Any] = {}     # one engine per isolate, loaded by the first request
@@ -89,51 +89,52 @@ class R2Reader(AsyncRangeReader):
 
 async def read_all(reader: AsyncRangeReader, expect: Dict[str, Any]) -> bytearray:
     """The whole object's bytes, checked against `expect` (`size`, `sha256`)."""
-    size = int(expect.get("size", reader.size))
-    if reader.size != size:
-        raise AprError(ErrorCode.CHECKSUM, "the model object's size differs from the build",
-                       source=reader.name, expected=size, got=reader.size)
+    size = check_size(reader, expect)
     data = bytearray(size)
     digest = hashlib.sha256()
     for offset in range(0, size, CHUNK):
         chunk = await reader.read(offset, min(CHUNK, size - offset))
         data[offset:offset + len(chunk)] = chunk
         digest.update(chunk)
-    if expect.get("sha256") and digest.hexdigest() != expect["sha256"]:
-        raise AprError(ErrorCode.CHECKSUM, "the model object's sha256 differs from the build",
-                       source=reader.name, expected=expect["sha256"], got=digest.hexdigest())
+    check_digest(reader, expect, digest)
     return data
 
 
-def place(model_file: Any, data: Any) -> Any:
-    """(kernels, model) for the engine: with the shell's SIMD kernels registered
-    (apr_webkernel, worker.mjs), every weight they read in place is copied into their
-    memory as stored (GGUF blocks) and the model reads it from there; else numpy's."""
-    from apr_core.quant import registry
+def simd_kernels() -> Any:
+    """(kernels, the shell's kernel object) when worker.mjs registered the SIMD kernels
+    (apr_webkernel) with placement, else None."""
     try:
         from apr_websource import _state as shell
     except ImportError:           # a runtime without the shell's glue: numpy's kernels
-        return registry.NUMPY, model_file, None
-    kernels = shell.get("kernels")
-    if kernels is None or not shell.get("placement"):
-        return registry.NUMPY, model_file, None
+        return None
+    if shell.get("kernels") is None or not shell.get("placement"):
+        return None
     import js  # type: ignore[import-not-found]
-    import numpy as np
-    from apr_webkernel import _address
-    from apr_webplace import PlacedModel, ResidentBlocks, placeable
-    kernel = js.aprSimd
-    placed = {}
-    whole = np.frombuffer(data, np.uint8)
-    for name, offset, size in placeable(model_file):
-        handle = int(kernel.upload(_address(whole[offset:offset + size]), size))
-        placed[name] = ResidentBlocks(kernel, handle, size)
-    return kernels, PlacedModel(model_file, placed), kernel
+    return shell["kernels"], js.aprSimd
+
+
+async def open_for_engine(reader: Any, expect: Dict[str, Any]) -> Tuple[Any, Any, bool]:
+    """(model, kernels, dequantize?): a GGUF's block weights streamed into the SIMD
+    kernels' memory (placement.py) when they are there; else the whole object read into
+    Python and numpy's kernels over float32 weights."""
+    from apr_core.formats.open import open_model
+    from apr_core.quant import registry
+    simd = simd_kernels()
+    if simd is not None:
+        from apr_webplace import PlacedModel, placeable
+        model_file = await open_header(reader)
+        targets = placeable(model_file)
+        if targets:
+            placed = await stream_placed(reader, expect, model_file, targets, simd[1])
+            return PlacedModel(model_file, placed), simd[0], False
+    data = await read_all(reader, expect)
+    model_file = open_model(BytesSource(data, reader.name), verify=False)  # sha256 checked
+    return model_file, registry.NUMPY, True
 
 
 async def load_engine(env: Any) -> Any:
     """THE engine object over the model in `env.MODEL` (key: `env.MODEL_KEY` if bound,
     else the build's)."""
-    from apr_core.formats.open import open_model
     from apr_core.runtime.engine import Engine, EngineOptions
     from apr_core.runtime.text_model import TextModel
     info = manifest()
@@ -143,11 +144,9 @@ async def load_engine(env: Any) -> Any:
                        "model as MODEL (wrangler.toml [[r2_buckets]])")
     key = str(getattr(env, "MODEL_KEY", None) or info["model"]["key"])
     reader = await R2Reader.open(bucket, key)
-    data = await read_all(reader, info["model"])
-    model_file = open_model(BytesSource(data, reader.name), verify=False)  # sha256 checked
-    kernels, model, kernel = place(model_file, data)
+    model, kernels, dequantize = await open_for_engine(reader, info["model"])
     text_model = TextModel.from_model_file(
-        model, dequantize_at_load=kernel is None and bool(info.get("dequantize", True)),
+        model, dequantize_at_load=dequantize and bool(info.get("dequantize", True)),
         kernels=kernels)
     options = EngineOptions(mmap=False, max_batch=1,
                             kv_memory=int(info.get("kv_memory", DEFAULT_KV_MEMORY)))

@@ -20,6 +20,15 @@ const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache
 
 let booting = null;
 let queue = Promise.resolve();
+let interpreter = null;       // the booted interpreter, for the memory header
+
+/** `x-apr-wasm-memory`: bytes of the isolate's two big WebAssembly memories (Python's heap,
+ * the kernels' weights and scratch), for bench/edge.py and anyone watching the 128 MB limit. */
+function memoryHeader() {
+  if (!interpreter) return {};
+  const kernels = globalThis.aprSimd ? globalThis.aprSimd.bytesHeld() : 0;
+  return { "x-apr-wasm-memory": `python=${interpreter._module.HEAPU8.length}; kernels=${kernels}` };
+}
 
 async function boot() {
   const py = await bootPython(files);
@@ -31,7 +40,11 @@ sys.path.insert(0, "/lib/apr")
 `);
   // The kernels read x and write y in Python's memory, by address (one thread: no SharedArrayBuffer)
   globalThis.aprSimd = new SimdMatmul([kernelF32, kernelBlock], () => py._module.HEAPU8, 1, false);
+  // placement.py: `length` bytes at `address` in Python's heap -> `at` in the kernels' memory
+  globalThis.aprKernelWrite = (at, address, length) =>
+    globalThis.aprSimd.write(at, py._module.HEAPU8.subarray(address, address + length));
   py.runPython("import apr_webkernel, apr_worker.js_entry\napr_webkernel.register_simd_matmul(True)");
+  interpreter = py;
   return py;
 }
 
@@ -57,11 +70,24 @@ function errorResponse(status, message, code) {
                                                 param: null, code } }), { status, headers: JSON_HEADERS });
 }
 
+/** The body as text, or null past MAX_BODY bytes: a longer body is read to its end and
+ * dropped (never held), so the client gets the 413 instead of a reset connection. */
 async function readBody(request) {
-  const declared = Number(request.headers.get("content-length") || 0);
-  if (declared > MAX_BODY) return null;
-  const text = await request.text();
-  return new TextEncoder().encode(text).length > MAX_BODY ? null : text;
+  if (!request.body) return "";
+  const reader = request.body.getReader();
+  const parts = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total <= MAX_BODY) parts.push(value);
+  }
+  if (total > MAX_BODY) return null;
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const part of parts) { bytes.set(part, at); at += part.byteLength; }
+  return new TextDecoder().decode(bytes);
 }
 
 function streamFrom(id) {
@@ -96,9 +122,10 @@ export default {
         return python(py, "import apr_worker.js_entry as e\nawait e.serve()");
       });
       if (answer.stream !== undefined) {
-        return new Response(streamFrom(answer.stream), { status: 200, headers: SSE_HEADERS });
+        return new Response(streamFrom(answer.stream), { status: 200, headers: { ...SSE_HEADERS, ...memoryHeader() } });
       }
-      return new Response(JSON.stringify(answer.body), { status: answer.status, headers: JSON_HEADERS });
+      return new Response(JSON.stringify(answer.body), { status: answer.status,
+                                                         headers: { ...JSON_HEADERS, ...memoryHeader() } });
     } catch (err) {
       return errorResponse(500, `the worker failed: ${err && err.message ? err.message : err}`, "worker_error");
     }
