@@ -34,6 +34,7 @@ from apr_core.runtime.batching.request import FinishEvent, TokenEvent
 
 from ..hub_store import model_sha256
 from .errors import ApiError
+from .service import not_ready
 
 ACTIONS = ("save", "restore", "erase")
 # a session refused for what it is -> 400; one that is not there -> 404
@@ -153,6 +154,8 @@ class Slots:
         if action == "erase":
             return JSONResponse(self.erase(id_slot))
         filename = valid_filename((await read_body(request)).get("filename"))
+        if not self.serving.ready:
+            raise not_ready(self.serving)
         try:
             if action == "save":
                 return JSONResponse(await self.save(id_slot, filename))
@@ -165,13 +168,13 @@ class Slots:
 
 def slot_routes(slots: Optional[Slots], read_body: Any, wrap: Any) -> List[Route]:
     """POST /slots/{id_slot}: the actions with a save folder, else 501 as llama-server
-    answers without --slot-save-path."""
+    answers without --slot-save-path (whether the model is loaded or not)."""
     async def handler(request: Request) -> Any:
         if slots is None:
             raise ApiError(501, "This server does not support slots action: start it with "
                            "--slot-save-path DIR", code="not_supported")
         return await slots.handle(request, read_body)
-    return [Route("/slots/{id_slot}", wrap(handler), methods=["POST"])]
+    return [Route("/slots/{id_slot}", wrap(handler, needs_model=False), methods=["POST"])]
 
 
 __all__ = ["Slots", "SlotRecorder", "slot_routes", "valid_filename"]
