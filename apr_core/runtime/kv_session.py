@@ -24,7 +24,7 @@ import numpy as np
 
 from ..atomic import atomic_output
 from ..errors import AprError, ErrorCode
-from ..formats.session import decode_session, write_session
+from ..formats.session import decode_session, encode_session, write_session
 from ..model import kv_types
 
 
@@ -147,12 +147,20 @@ def _metadata(state: KVState) -> Dict[str, Any]:
             "extra": state.extra}
 
 
+def _parts(state: KVState) -> List[np.ndarray]:
+    """K0, V0, K1, V1, ... each `[n_kv, n, row_width]`, contiguous."""
+    return [np.ascontiguousarray(a) for layer in zip(state.k, state.v) for a in layer]
+
+
 def save(path: Any, state: KVState) -> int:
     """Write `state` to `path` (a temporary file renamed into place); the bytes written."""
-    parts = [a for layer in zip(state.k, state.v) for a in layer]   # K0, V0, K1, V1, ...
     with atomic_output(path) as handle:
-        return write_session(handle, _metadata(state), state.tokens,
-                             [np.ascontiguousarray(a) for a in parts])
+        return write_session(handle, _metadata(state), state.tokens, _parts(state))
+
+
+def to_bytes(state: KVState) -> bytes:
+    """The session file of `state` in memory (a browser keeps it in IndexedDB)."""
+    return encode_session(_metadata(state), state.tokens, _parts(state))
 
 
 def from_bytes(data: Any, source: str = "<bytes>") -> KVState:
@@ -191,5 +199,6 @@ def load(path: Any) -> KVState:
     return from_bytes(data, str(path))
 
 
-__all__ = ["KVState", "capture", "restore", "check_fits", "save", "load", "from_bytes",
+__all__ = ["KVState", "capture", "restore", "check_fits", "save", "load", "to_bytes",
+           "from_bytes",
            "positions_of"]

@@ -52,6 +52,7 @@ def test_round_trip_is_byte_exact(tmp_path, kv_type):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert a.tobytes() == b.tobytes()
     kv_session.check_fits(back, SHA, fake_model(kv_type))            # fits: no error
+    assert kv_session.to_bytes(state) == path.read_bytes()           # in memory, the same
 
 
 def test_damaged_files_get_their_codes(tmp_path):

@@ -96,6 +96,9 @@ def run_chat(args: argparse.Namespace) -> int:
     session = chat_session.ChatSession(args.session, engine) if args.session else None
     saved = session.resume("chat" if chat else "raw") if session else None
     if saved is not None:
+        if args.system and messages != saved.get("messages", [])[:1]:
+            print("apr: --system is ignored: the session goes on with its own system prompt",
+                  file=sys.stderr)
         messages, transcript = list(saved.get("messages", [])), saved.get("transcript", "")
     sampler = sampler_args.config(args)
     spec = speculate_args.config(args, engine)
