@@ -129,3 +129,22 @@ def test_bad_requests_get_coded_errors_and_the_worker_goes_on(server, path, body
     assert again == 200 and health == {"status": "ok"}
     again, models = server.request("GET", "/v1/models")
     assert again == 200 and models["data"]
+
+
+def test_an_api_key_binding_guards_every_route(bundle):
+    """With an API_KEY text binding (a secret on Cloudflare) the worker wants the key."""
+    output, _ = bundle
+    with open(os.path.join(output, "workerd", "config.capnp")) as handle:
+        config = handle.read()
+    disabled = '# (name = "API_KEY", text = "a secret"),'
+    assert disabled in config
+    with open(os.path.join(output, "workerd", "keyed.capnp"), "w") as handle:
+        handle.write(config.replace(disabled, '(name = "API_KEY", text = "k-39"),'))
+    with WorkerdServer(workerd_binary(), output, ["workerd/keyed.capnp"]) as served:
+        assert served.start(), served.stderr
+        for headers in ({}, {"authorization": "Bearer wrong"}):
+            status, body = served.request("GET", "/v1/models", headers=headers)
+            assert status == 401 and body["error"]["code"] == "invalid_api_key", body
+        status, body = served.request("GET", "/health", timeout=BOOT_TIMEOUT_S,
+                                      headers={"authorization": "Bearer k-39"})
+        assert status == 200 and body == {"status": "ok"}, (body, served.log()[-3000:])

@@ -1,8 +1,8 @@
 """workerd (npm `workerd`) for the worker-bundle tests: its binary, installed on first use
 by scripts/setup_workerd.sh, and a served bundle on a free local port.
 
-    with WorkerdServer(binary, bundle_dir, ["workerd/config.capnp", "probe"]) as server:
-        status, body = server.request("GET", "/v1/models")
+    with WorkerdServer(binary, bundle_dir, ["workerd/config.capnp"]) as server:
+        status, body = server.request("GET", "/v1/models", headers={"authorization": "Bearer KEY"})
 """
 import fcntl
 import json
@@ -82,13 +82,14 @@ class WorkerdServer:
         self._log.seek(0)
         return self._log.read()
 
-    def request(self, method, path, body=None, timeout=900):
+    def request(self, method, path, body=None, timeout=900, headers=None):
         """(status, parsed JSON body)."""
         data = None if body is None else (body if isinstance(body, bytes)
                                           else json.dumps(body).encode())
         request = urllib.request.Request("http://127.0.0.1:{}{}".format(self.port, path),
                                          data=data, method=method,
-                                         headers={"content-type": "application/json"})
+                                         headers=dict({"content-type": "application/json"},
+                                                      **(headers or {})))
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, json.loads(response.read())
