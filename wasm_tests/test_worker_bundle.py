@@ -4,7 +4,9 @@ workerd (npm `workerd`, Cloudflare's runtime) runs the bundle's JavaScript modul
 no network, no --experimental flag and no unsafe-eval binding: it boots the embedded Pyodide
 0.17 + numpy, runs apr_core on the browser shell's SIMD block kernels, and reads the model
 through the R2-style binding over model/. The oracles: `apr run MODEL --raw --json`'s greedy
-token ids on three prompts, the demo question's answer, and the official `openai` client.
+token ids on three prompts (its text cut at a stop string, its seeded sampling too), the demo
+question's answer, and the official `openai` client; config variants bind an API key, or
+point MODEL_KEY at an object one bit off the build's (sha256 refused) or at none.
 Under CI=true a workerd that cannot boot the bundle fails these tests (no skip, no early
 return).
 """
@@ -32,15 +34,27 @@ def bundle(tmp_path_factory, smollm2_path):
     return output, build(smollm2_path, output)
 
 
+def apr_run(model, prompt, *options):
+    code, out, err = apr("run", model, prompt, "--raw", "--json", *options)
+    assert code == 0, err
+    return json.loads(out)
+
+
 @pytest.fixture(scope="module")
 def native_ids(smollm2_path):
     """Greedy token ids of `apr run MODEL PROMPT -n TOKENS --raw --json`, per prompt."""
-    ids = {}
-    for prompt in PROMPTS:
-        code, out, err = apr("run", smollm2_path, prompt, "-n", TOKENS, "--raw", "--json")
-        assert code == 0, err
-        ids[prompt] = json.loads(out)["token_ids"]
-    return ids
+    return {prompt: apr_run(smollm2_path, prompt, "-n", TOKENS)["token_ids"]
+            for prompt in PROMPTS}
+
+
+def variant(output, name, old, new):
+    """workerd/NAME.capnp: the bundle's config with `old` replaced by `new`."""
+    with open(os.path.join(output, "workerd", "config.capnp")) as handle:
+        config = handle.read()
+    assert old in config
+    with open(os.path.join(output, "workerd", name + ".capnp"), "w") as handle:
+        handle.write(config.replace(old, new))
+    return "workerd/{}.capnp".format(name)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +100,24 @@ def test_completions_equal_apr_run_token_ids(server, native_ids, bundle):
         assert choice["token_ids"] == native_ids[prompt], prompt
         assert body["system_fingerprint"] == "apr-wasm-simd"   # the shell's SIMD kernels
         assert body["model"] == bundle[1]["model"]["name"]
+
+
+def test_stop_and_seeded_sampling_match_apr_run(server, smollm2_path):
+    greedy = apr_run(smollm2_path, PROMPT, "-n", TOKENS)["text"]
+    stop = greedy.split()[2]          # a word inside the answer, not at its start
+    assert greedy.find(stop) > 0
+    status, body = server.request("POST", "/v1/completions", {
+        "prompt": PROMPT, "max_tokens": TOKENS, "stop": [stop]})
+    assert status == 200, body
+    choice = body["choices"][0]
+    assert (choice["text"], choice["finish_reason"]) == (greedy[:greedy.find(stop)], "stop")
+    sampled = apr_run(smollm2_path, PROMPT, "-n", 4, "--temperature", 0.9, "--seed", 11)
+    for _ in range(2):
+        status, body = server.request("POST", "/v1/completions", {
+            "prompt": PROMPT, "max_tokens": 4, "temperature": 0.9, "seed": 11,
+            "return_token_ids": True})
+        assert status == 200, body
+        assert body["choices"][0]["token_ids"] == sampled["token_ids"]
 
 
 def test_chat_answers_the_demo_question(server):
@@ -134,13 +166,9 @@ def test_bad_requests_get_coded_errors_and_the_worker_goes_on(server, path, body
 def test_an_api_key_binding_guards_every_route(bundle):
     """With an API_KEY text binding (a secret on Cloudflare) the worker wants the key."""
     output, _ = bundle
-    with open(os.path.join(output, "workerd", "config.capnp")) as handle:
-        config = handle.read()
-    disabled = '# (name = "API_KEY", text = "a secret"),'
-    assert disabled in config
-    with open(os.path.join(output, "workerd", "keyed.capnp"), "w") as handle:
-        handle.write(config.replace(disabled, '(name = "API_KEY", text = "k-39"),'))
-    with WorkerdServer(workerd_binary(), output, ["workerd/keyed.capnp"]) as served:
+    keyed = variant(output, "keyed", '# (name = "API_KEY", text = "a secret"),',
+                    '(name = "API_KEY", text = "k-39"),')
+    with WorkerdServer(workerd_binary(), output, [keyed]) as served:
         assert served.start(), served.stderr
         for headers in ({}, {"authorization": "Bearer wrong"}):
             status, body = served.request("GET", "/v1/models", headers=headers)
@@ -148,3 +176,24 @@ def test_an_api_key_binding_guards_every_route(bundle):
         status, body = served.request("GET", "/health", timeout=BOOT_TIMEOUT_S,
                                       headers={"authorization": "Bearer k-39"})
         assert status == 200 and body == {"status": "ok"}, (body, served.log()[-3000:])
+
+
+def test_a_model_object_unlike_the_build_is_refused(bundle):
+    """The object's sha256 is checked before use: one bit off -> 500 `checksum`, and a
+    missing object -> 500 `io`; the worker answers other requests all along."""
+    output, report = bundle
+    name = report["model"]["name"]
+    with open(os.path.join(output, "model", name), "rb") as handle:
+        data = bytearray(handle.read())
+    data[len(data) // 2] ^= 1              # same size, one bit off: only the sha256 differs
+    with open(os.path.join(output, "model", "corrupt.gguf"), "wb") as handle:
+        handle.write(data)
+    for key, code in (("corrupt.gguf", "checksum"), ("absent.gguf", "io")):
+        config = variant(output, "key-" + code, '    # (name = "API_KEY", text = "a secret"),',
+                         '    (name = "MODEL_KEY", text = "{}"),'.format(key))
+        with WorkerdServer(workerd_binary(), output, [config]) as served:
+            assert served.start(), served.stderr
+            status, body = served.request("POST", "/v1/completions", {"prompt": PROMPT},
+                                          timeout=BOOT_TIMEOUT_S)
+            assert status == 500 and body["error"]["code"] == code, body
+            assert served.request("GET", "/health")[0] == 200
