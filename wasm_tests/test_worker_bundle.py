@@ -146,6 +146,25 @@ def test_openai_client_streams_a_chat(server, bundle):
     assert chunks[-1].usage.completion_tokens >= 1
 
 
+def test_concurrent_requests_answer_as_one_at_a_time(server):
+    """Two streams and a completion at once (one interpreter: their turns interleave)."""
+    import threading
+    requests = [("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}],
+                                          "max_tokens": TOKENS, "stream": True}),
+                ("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": TOKENS,
+                                     "stream": True}),
+                ("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": TOKENS})]
+    alone = [server.text(path, body) for path, body in requests]
+    together = [None] * len(requests)
+    threads = [threading.Thread(target=lambda i=i: together.__setitem__(
+        i, server.text(*requests[i]))) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone and all(alone), together
+
+
 @pytest.mark.parametrize("path,body,status,code", [
     ("/v1/completions", b"{not json", 400, "invalid_json"),
     ("/v1/chat/completions", {"messages": "hello"}, 400, "invalid_value"),

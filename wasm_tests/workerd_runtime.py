@@ -96,6 +96,25 @@ class WorkerdServer:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read())
 
+    def text(self, path, body, timeout=900):
+        """The answer's text of a POST: choices[0]'s text or message, or (streamed) its
+        server-sent events' pieces joined."""
+        request = urllib.request.Request("http://127.0.0.1:{}{}".format(self.port, path),
+                                         data=json.dumps(body).encode(), method="POST",
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read().decode()
+        if not body.get("stream"):
+            choice = json.loads(raw)["choices"][0]
+            return choice["message"]["content"] if "message" in choice else choice["text"]
+        pieces = []
+        for line in raw.splitlines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[len("data: "):]).get("choices", []):
+                    delta = choice.get("delta", {})
+                    pieces.append(delta.get("content") or choice.get("text") or "")
+        return "".join(pieces)
+
     def stop(self):
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

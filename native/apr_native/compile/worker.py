@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
 
@@ -158,7 +158,7 @@ def _pyodide(bundle: str) -> int:
     return int(write_assets(PYODIDE_DIST, bundle)["bytes"])
 
 
-def _python_zip(bundle: str, manifest: str) -> "tuple[int, int]":
+def _python_zip(bundle: str, manifest: str) -> Tuple[int, int]:
     """python.zip: the worker's Python (apr_worker, the shell's glue) and apr_core; returns
     (bytes of the worker's files, bytes of apr_core's), uncompressed."""
     import zipfile

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator
 
 import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
 
+from apr_core.errors import AprError
 from apr_worker import api
 
 _streams: Dict[int, Iterator[str]] = {}
@@ -43,9 +44,11 @@ async def next_chunk(stream_id: int) -> str:
         return "null"
     except Exception as exc:   # a failure mid-stream: one error event, then the end
         del _streams[stream_id]
-        error = api.from_apr_error(exc).body() if hasattr(exc, "code") and hasattr(
-            exc, "context") else {"error": {"message": str(exc), "type": "server_error",
-                                            "param": None, "code": "worker_error"}}
+        if isinstance(exc, AprError):
+            error = api.from_apr_error(exc).body()
+        else:
+            error = {"error": {"message": str(exc), "type": "server_error", "param": None,
+                               "code": "worker_error"}}
         return json.dumps("data: {}\n\n".format(json.dumps(error)))
 
 
