@@ -48,14 +48,16 @@ class Server:
 @contextlib.contextmanager
 def running_server(model, args, log_path, api_key, command=None):
     """`apr serve MODEL ARGS` until the block ends; ready (GET /ready 200) on entry.
-    `command`: how to start `apr` (default: this interpreter on the CLI's main)."""
+    `model`: one name, or a list of them (a many-model server); `command`: how to start
+    `apr` (default: this interpreter on the CLI's main)."""
     import httpx
     port = free_port()
     env = dict(os.environ, APR_QUIET="1")
+    models = [model] if isinstance(model, str) else list(model)
     with open(log_path, "w") as stderr:
         process = subprocess.Popen(
-            (command or APR) + ["serve", model, "--port", str(port), "--api-key", api_key]
-            + list(args),
+            (command or APR) + ["serve"] + models + ["--port", str(port), "--api-key",
+                                                     api_key] + list(args),
             env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         base = "http://127.0.0.1:{}".format(port)
         deadline = time.monotonic() + READY_TIMEOUT

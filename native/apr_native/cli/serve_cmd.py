@@ -31,6 +31,7 @@ from . import chat_template_arg
 from . import context_args
 from . import speculate_args
 from .common import parse_size, resolve_model
+from . import serve_models
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 LOG_FORMATS = ("text", "json", "off")           # server/server_log.py's FORMATS
@@ -149,42 +150,64 @@ def _slot_folder(path: Optional[str]) -> Optional[str]:
 
 def run_serve(args: argparse.Namespace) -> int:
     from apr_native.server.app import ServerSettings, create_app
-    from apr_native.server.engine import ServingEngine
     from apr_native.server.server_log import ServerLog
     from apr_native.server.speech_engine import is_speech_model
     check_limits(args)
-    defaults = sampling_flags(args)
-    kv_memory = parse_size(args.kv_memory)
+    sampling_flags(args)        # flag values out of range: refused before anything loads
+    parse_size(args.kv_memory)
     log = ServerLog(args.log_format)
     api_key = args.api_key or os.environ.get("APR_API_KEY") or None
     if not _is_loopback(args.host) and not api_key:
         log.warning("serving on {} without --api-key: anyone who can reach it may use "
                     "it".format(args.host))
-    path = resolve_model(args.model)
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
                               max_body=parse_size(args.max_body),
                               cors_origins=tuple(args.cors or ()),
                               slot_save_path=_slot_folder(args.slot_save_path))
+    names = list(args.model or ())
+    if args.models_dir or len(names) != 1:      # many models: server/model_router.py
+        return serve_models.run(args, names, settings, log,
+                                lambda ref, mid: serving_engine(args, ref, mid, log),
+                                model_id_for, lambda app, ids: _serve_router(args, app, ids,
+                                                                            log))
+    args.model = names[0]
+    path = resolve_model(args.model)
     if is_speech_model(path):       # Whisper: OpenAI's audio routes (server/speech_app.py)
         return _serve_speech(args, path, settings, log)
+    engine = serving_engine(args, args.model, args.model_id or model_id_for(args.model), log,
+                            path)
+    sock = listen_socket(args.host, args.port)
+    log.listening(url_of(args.host, args.port), engine.model_id,
+                  "; the API is under /v1, GET /ready answers 200 once it is loaded")
+    return _uvicorn(create_app(engine, settings), args, sock)
+
+
+def _serve_router(args: argparse.Namespace, app: Any, ids: str, log: Any) -> int:
+    sock = listen_socket(args.host, args.port)
+    log.listening(url_of(args.host, args.port), ids,
+                  "; models load on first use (GET /v1/models shows their state)")
+    return _uvicorn(app, args, sock)
+
+
+def serving_engine(args: argparse.Namespace, name: str, model_id: str, log: Any,
+                   path: Optional[str] = None) -> Any:
+    """The `ServingEngine` (not started) of model `name` with the serve flags; `path`: the
+    file `name` resolved to (resolved here when not given)."""
+    from apr_native.server.engine import ServingEngine
+    path = path or resolve_model(name)
     template = chat_template_arg.option(args)
     # A template that cannot render would fail every chat request: refuse to start.
     chat_template_arg.check_before_serving(path, template)
     options = EngineOptions(backend=args.backend, dequantize=args.dequantize,
-                            max_batch=args.max_batch, kv_memory=kv_memory,
+                            max_batch=args.max_batch, kv_memory=parse_size(args.kv_memory),
                             prefix_cache=not args.no_prefix_cache, chat_template=template,
                             context=context_args.options(args))
     # built on the engine thread once the model is loaded (a draft model loads there too)
     speculative = (lambda engine: speculate_args.config(args, engine)) \
         if args.speculate or args.draft else None
-    engine = ServingEngine(path, args.model_id or model_id_for(args.model),
-                           options, max_queue=args.max_queue, speculative=speculative,
-                           sampling_flags=defaults, table_sampling=table_sampling(args.model),
-                           log=log)
-    sock = listen_socket(args.host, args.port)
-    log.listening(url_of(args.host, args.port), engine.model_id,
-                  "; the API is under /v1, GET /ready answers 200 once it is loaded")
-    return _uvicorn(create_app(engine, settings), args, sock)
+    return ServingEngine(path, model_id, options, max_queue=args.max_queue,
+                         speculative=speculative, sampling_flags=sampling_flags(args),
+                         table_sampling=table_sampling(name), log=log)
 
 
 def _serve_speech(args: argparse.Namespace, path: str, settings: Any, log: Any) -> int:
@@ -219,7 +242,9 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
                        formatter_class=DefaultsHelpFormatter)
-    p.add_argument("model", help="model file (.gguf, .apr, .safetensors dir) or 'demo'")
+    p.add_argument("model", nargs="*", help="model file (.gguf, .apr, .safetensors dir), "
+                   "reference (hf://...) or 'demo'; several: one server routing by the "
+                   "request's 'model' (the file names, as GET /v1/models lists them)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (anything but loopback wants --api-key)")
     p.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
@@ -247,6 +272,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slot-save-path", metavar="DIR",
                    help="enable POST /slots/{id}?action=save|restore|erase (llama-server's): "
                    "session files of a slot's conversation and KV cache go to DIR")
+    serve_models.add_arguments(p)
     p.add_argument("--max-upload", default="25M",
                    help="largest audio upload of a speech model (POST /v1/audio/...)")
     p.add_argument("--dequantize", action="store_true",
