@@ -15,6 +15,7 @@ many requests share the same code.
 """
 from __future__ import annotations
 
+import copy
 import os
 import time
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ class EngineOptions:
     prefix_cache: bool = True            # share KV blocks of identical prompt prefixes
     chat_template: Optional[str] = None  # replaces the model's: a built-in name or Jinja
     context: Optional[ContextOptions] = None    # --ctx and RoPE overrides
+    # CPU kernel threads of this engine's own (numba: a pool of that size); None: the
+    # process's (APR_THREADS, else every core)
+    threads: Optional[int] = None
 
 
 def _one_request(prompt_ids: Sequence[int], sampler: Optional[SamplerConfig], max_tokens: int,
@@ -61,22 +65,38 @@ def _one_request(prompt_ids: Sequence[int], sampler: Optional[SamplerConfig], ma
                              speculative=speculative)
 
 
+def _shaped(model: TextModel, options: EngineOptions) -> TextModel:
+    """`model` as `options` shape it (chat template, context and RoPE, KV cache type): a
+    new TextModel over a shallow copy of its Transformer, the weights shared, so the
+    object the caller handed over is left as it was (a second engine over the same
+    weights may take other options). The copy's changed fields are rebound, never
+    changed in place (`Transformer.reconfigure` replaces its config and ropes).
+    Except on a device (webgpu): the device's forward pass holds the Transformer it was
+    attached to and reads its config and ropes, so that one is shaped in place."""
+    if getattr(model.transformer, "device", None) is not None:
+        transformer = model.transformer
+    else:
+        transformer = copy.copy(model.transformer)
+    if options.context is not None:
+        apply_context(transformer, options.context)
+    if options.context is None or options.context.kv_type is None:
+        transformer.kv_type = kv_types.get(DEFAULT_KV_TYPE, transformer.config.head_dim).name
+    shaped = copy.copy(model)
+    shaped.transformer = transformer
+    if options.chat_template and model.tokenizer is not None:
+        shaped.chat_template = options.chat_template
+    return shaped
+
+
 class Engine:
     """A loaded model with its backend, tokenizer and batching scheduler."""
 
     def __init__(self, model: TextModel, options: Optional[EngineOptions] = None,
                  path: str = "", load_seconds: float = 0.0) -> None:
-        self.model = model
         self.options = options = options or EngineOptions()
         # the options that shape the model, applied here for every way an engine is made
-        # (Engine.open, the browser worker, compiled workers)
-        if options.chat_template and model.tokenizer is not None:
-            model.chat_template = options.chat_template
-        if options.context is not None:
-            apply_context(model.transformer, options.context)
-        if options.context is None or options.context.kv_type is None:
-            model.transformer.kv_type = kv_types.get(
-                DEFAULT_KV_TYPE, model.transformer.config.head_dim).name
+        # (Engine.open, the browser worker, compiled workers), to the engine's own view
+        self.model = _shaped(model, options)
         self.path = path
         self.load_seconds = load_seconds
         self._pool: Optional[BlockPool] = None

@@ -3,6 +3,7 @@
     from apr_native import backends
     kernels = backends.select()          # "auto": APR_BACKEND if set, else the fastest
     kernels = backends.select("numba")   # or name one: numpy | simd | numba | cuda | webgpu
+    kernels = backends.select("numba", threads=2)   # numba on a pool of 2 threads of its own
     model = TextModel.load(path, kernels=kernels)
 
 `select` registers the backend's "matmul" kernels (one per block type it implements),
@@ -12,6 +13,13 @@ returns a `registry.Kernels` for it. The model holds that object, so which backe
 is the model's, never process-wide: two models in one process may use different ones.
 Model code is shared by every backend and never copied; weight types a backend lacks fall
 back to numpy's kernel.
+
+What stays process-wide, and why: the registry's table of implementations (registering
+adds functions, it selects nothing) and `_registered` (which backends' functions are in
+it, and for CUDA whether the device or the emulated ones: switching APR_CUDA_EMULATE
+within one process re-registers them for every CUDA model). numba's worker pool is the
+process's unless a thread count is asked for (`threads=`, `EngineOptions.threads`): then
+the kernels own a pool of that size (`numba_kernels.NumbaKernels`).
 
 "simd" (never automatic, but where `apr run` / `apr chat` start: `quick_start`, and where
 they stay while numba's kernels compile in the background: `numba_warmup`) runs the
@@ -106,9 +114,7 @@ def threads() -> int:
 
 
 def _register_numba() -> None:
-    import numba
     from .kernels import cpu, cpu_block, cpu_fused
-    numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
     for name in cpu.SUPPORTED:
         registry.register("matmul", name, backend="numba")(cpu.numba_matmul)
     registry.register("matmul_group", "*", backend="numba")(cpu.numba_matmul_group)
@@ -143,8 +149,13 @@ def _register_simd() -> None:
 _REGISTER = {"numba": _register_numba, "cuda": _register_cuda, "simd": _register_simd}
 
 
-def select(name: Optional[str] = None, quick_start: bool = False) -> registry.Kernels:
+def select(name: Optional[str] = None, quick_start: bool = False,
+           threads: Optional[int] = None) -> registry.Kernels:
     """The kernels of `name` (or $APR_BACKEND, or the best available); `.backend` names it.
+    `threads`: numba's kernels run on a pool of that many threads of their own
+    (`NumbaKernels`, whatever other engines in the process use; no quick start then);
+    None: on the process's pool (APR_THREADS, else every core). Other backends size
+    their own threads (BLAS, the simd library: APR_THREADS).
     `quick_start` (one-shot commands: `apr run`, `apr chat`): with neither named, kernels
     that start on "simd" and switch to numba before decoding (`simd.quick_start`), or
     stay on simd while numba's cache is cold. Where numba's kernels are about to compile
@@ -154,7 +165,7 @@ def select(name: Optional[str] = None, quick_start: bool = False) -> registry.Ke
     cannot run here (numba not installed, no CUDA device).
     """
     wanted = (name or os.environ.get(ENV) or "auto").strip().lower()
-    if wanted == "auto" and quick_start:
+    if wanted == "auto" and quick_start and threads is None:
         quick = _quick_start()
         if quick is not None:
             return quick
@@ -180,11 +191,27 @@ def select(name: Optional[str] = None, quick_start: bool = False) -> registry.Ke
         _registered[wanted] = mode
     if wanted == "numba":
         _announce_numba_compile()
-        from .kernels import pool
         from .numba_rows import UNIFORM_ROWS
-        pool.prestart()          # its workers load their code while the model loads
+        if threads is not None:
+            from .numba_kernels import NumbaKernels
+            return NumbaKernels(threads, UNIFORM_ROWS)
+        _prestart_process_pool()
         return registry.Kernels(wanted, uniform_rows=UNIFORM_ROWS)
     return registry.Kernels(wanted)
+
+
+def _prestart_process_pool() -> None:
+    """Start the process's numba pool (if not yet) with `threads()` threads: its workers
+    load their code while the model loads. The pool takes its size from numba's thread
+    count, a per-thread setting: set on this thread for the start only, then put back."""
+    import numba
+    from .kernels import pool
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
+    try:
+        pool.prestart()
+    finally:
+        numba.set_num_threads(before)
 
 
 def _quick_start() -> Optional[registry.Kernels]:

@@ -29,7 +29,7 @@ def load_engine(name: str, options: Optional[EngineOptions] = None,
     timing view of them); `quick_start`: see `backends.select`."""
     options = options or EngineOptions()
     path = resolve_model(name)
-    kernels = backends.select(options.backend, quick_start)
+    kernels = backends.select(options.backend, quick_start, options.threads)
     if wrap_kernels is not None:
         kernels = wrap_kernels(kernels)
     opener = None
