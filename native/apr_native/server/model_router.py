@@ -16,9 +16,6 @@ and a steady stream to a loaded model cannot starve a model waiting for its plac
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import gc
 import os
 import time
 import weakref
@@ -26,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ApiError
+from .model_memory import forget_weight_tables, release_memory
 
 UNLOADED, LOADING, LOADED, UNLOADING, FAILED = \
     "unloaded", "loading", "loaded", "unloading", "failed"
@@ -50,18 +48,6 @@ class ModelEntry:
     waiting: bool = False           # loading, but waiting for another model to unload
     created: int = 0
     stopping: Any = None            # the engine being stopped (held here, nowhere else)
-
-
-def release_memory() -> None:
-    """Collect the unloaded model's cycles and hand freed heap pages back to the system
-    (glibc keeps them otherwise, and RSS would not fall)."""
-    gc.collect()
-    name = ctypes.util.find_library("c")
-    if name:
-        try:
-            ctypes.CDLL(name).malloc_trim(0)
-        except (OSError, AttributeError):      # not glibc
-            pass
 
 
 class ModelRouter:
@@ -163,7 +149,6 @@ class ModelRouter:
     async def _load(self, entry: ModelEntry) -> None:
         try:
             await self._make_room(entry)
-            entry.waiting = False
             engine, app = await asyncio.to_thread(self.starter, entry.model_id, entry.ref)
             await asyncio.to_thread(engine.wait_ready)
             if engine.load_error:
@@ -194,9 +179,12 @@ class ModelRouter:
         """Unload least-recently-used models until `entry` fits (waiting for busy ones)."""
         while True:
             async with self.cond:
-                others = [o for o in self.entries.values() if o is not entry
-                          and o.state in (LOADING, LOADED, UNLOADING)]
+                # models holding memory: loaded, unloading, or loading past this point
+                # (one still waiting for room holds none, and must not block this one)
+                others = [o for o in self.entries.values() if o is not entry and (
+                    o.state in (LOADED, UNLOADING) or (o.state == LOADING and not o.waiting))]
                 if not self._over(entry, others):
+                    entry.waiting = False
                     for other in others:    # a model marked to make room need not go
                         other.draining = False
                     self.cond.notify_all()
@@ -226,6 +214,7 @@ class ModelRouter:
         the weights' mmap closes and the heap is trimmed)."""
         engine, entry.stopping = entry.stopping, None
         await asyncio.to_thread(engine.stop)
+        forget_weight_tables(engine)
         alive = weakref.ref(engine)
         del engine
         await asyncio.to_thread(release_memory)
@@ -264,5 +253,5 @@ def file_size(path: str) -> int:
         return 0
 
 
-__all__ = ["ModelRouter", "ModelEntry", "release_memory", "UNLOADED", "LOADING", "LOADED",
+__all__ = ["ModelRouter", "ModelEntry", "UNLOADED", "LOADING", "LOADED",
            "UNLOADING", "FAILED"]
