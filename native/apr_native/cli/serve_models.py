@@ -63,7 +63,8 @@ def model_refs(names: List[str], folder: Any, model_id_for: Callable[[str], str]
         refs[model_id] = ref
     if not refs:
         raise AprError(ErrorCode.ARGUMENT, "no model to serve: name one or more, or "
-                       "--models-dir DIR with .gguf/.apr files", path=folder or "")
+                       "--models-dir DIR with .gguf/.apr files" + (
+                           " (none in {})".format(folder) if folder else ""))
     return refs
 
 
