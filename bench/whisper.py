@@ -2,18 +2,20 @@
 int8 and float32, as the real-time factor (seconds of audio per wall second; higher is
 faster) on one > 30 s espeak-ng clip, at the same thread count.
 
-* apr (native): `apr_core.speech.transcribe` on the APR file `apr import` writes from the
+* apr f16 (native): `apr_core.speech.transcribe` on the APR file `apr import` writes from the
   same CTranslate2 directory, numpy's BLAS limited to `--threads`;
 * apr (chromium): the speech page (web/speech.html, Pyodide 0.17 + numpy, no BLAS) on the
   same samples, timed inside the worker (decoding by WebAudio is not counted);
-* faster-whisper int8 / float32: `WhisperModel(dir, compute_type=..., cpu_threads=threads)`.
-All decode greedily (beam 1) with the same temperature fallback and no VAD. Rounds
-alternate between the peers so load from elsewhere on the machine falls on all alike; the
-best round of each counts. The word error rate against the text espeak-ng spoke is printed
-too (a check that every peer did the same work).
-
-whisper.cpp: PyPI has `pywhispercpp` wheels, but they load ggml model files that are only
-downloaded from the Hugging Face hub, which this machine cannot reach: not measured.
+* apr Q8_0 (native): the same on the file `apr convert --quantize Q8_0` makes of it;
+* faster-whisper int8 / float32: `WhisperModel(dir, compute_type=..., cpu_threads=threads)`;
+* whisper.cpp f16 / Q8_0 (PyPI `pywhispercpp`, its manylinux wheel): on the files `apr export
+  --format whisper.cpp` writes of those two APR files -- the same weights -- with
+  `n_threads=threads`, language fixed to English (it would otherwise encode the first window
+  twice to detect it).
+All decode greedily (beam 1) with timestamps, the same temperature fallback and no VAD.
+Rounds alternate between the peers so load from elsewhere on the machine falls on all alike;
+the best round of each counts. The word error rate against the text espeak-ng spoke is
+printed too (a check that every peer did the same work).
 
     .venv/bin/python bench/whisper.py [--rounds 3] [--threads 2] [--no-browser] [--json]
 """
@@ -79,14 +81,34 @@ def make_clip(folder: str) -> str:
     return path
 
 
-def native_peers(model_dir: str, apr_path: str, threads: int) -> dict:
-    """name -> function(samples) -> text."""
-    from faster_whisper import WhisperModel
-
+def apr_peers(paths: dict) -> dict:
+    """apr natively on each APR file of {label: path}."""
     from apr_core.speech.transcribe import transcribe
     from apr_native.speech_native import load_native_whisper
-    apr_model = load_native_whisper(apr_path)
-    peers = {"apr (native)": lambda s: transcribe(apr_model, s, beam_size=1)["text"]}
+    peers = {}
+    for label, path in paths.items():
+        model = load_native_whisper(path)
+        peers["apr {} (native)".format(label)] = \
+            lambda s, model=model: transcribe(model, s, beam_size=1)["text"]
+    return peers
+
+
+def whisper_cpp_peers(paths: dict, threads: int) -> dict:
+    """whisper.cpp (pywhispercpp) on each ggml file of {label: path}."""
+    from pywhispercpp.model import Model
+    peers = {}
+    for label, path in paths.items():
+        model = Model(path, n_threads=threads, print_progress=False,
+                      redirect_whispercpp_logs_to=None)
+        peers["whisper.cpp " + label] = lambda s, model=model: " ".join(
+            seg.text for seg in model.transcribe(s, language="en")).strip()
+    return peers
+
+
+def native_peers(model_dir: str, apr_paths: dict, ggml_paths: dict, threads: int) -> dict:
+    """name -> function(samples) -> text."""
+    from faster_whisper import WhisperModel
+    peers = apr_peers(apr_paths)
     for compute in ("int8", "float32"):
         model = WhisperModel(model_dir, device="cpu", compute_type=compute,
                              cpu_threads=threads)
@@ -96,7 +118,24 @@ def native_peers(model_dir: str, apr_path: str, threads: int) -> dict:
                                            condition_on_previous_text=True)
             return "".join(seg.text for seg in segments).strip()
         peers["faster-whisper " + compute] = run
+    peers.update(whisper_cpp_peers(ggml_paths, threads))
     return peers
+
+
+def make_files(model_dir: str, work: str) -> tuple:
+    """({label: APR path}, {label: whisper.cpp path}) for f16 and Q8_0, via the CLI."""
+    def apr(*argv):
+        subprocess.run([sys.executable, "-m", "apr_native.cli.main"] + list(argv), check=True,
+                       capture_output=True, env=dict(os.environ, APR_QUIET="1"))
+    aprs = {"f16": os.path.join(work, "whisper-base.apr"),
+            "Q8_0": os.path.join(work, "whisper-base-q8_0.apr")}
+    apr("import", model_dir, "-o", aprs["f16"])
+    apr("convert", aprs["f16"], "--quantize", "Q8_0", "-o", aprs["Q8_0"])
+    ggmls = {}
+    for label, path in aprs.items():
+        ggmls[label] = os.path.join(work, "ggml-base-{}.bin".format(label.lower()))
+        apr("export", path, "--format", "whisper.cpp", "-o", ggmls[label])
+    return aprs, ggmls
 
 
 class BrowserPeer:
@@ -146,15 +185,12 @@ def main(args: argparse.Namespace) -> int:
     model_dir = str(locate("whisper-base"))
     work = tempfile.mkdtemp(prefix="apr-bench-whisper-")
     try:
-        apr_path = os.path.join(work, "whisper-base.apr")
-        subprocess.run([sys.executable, "-m", "apr_native.cli.main", "import", model_dir,
-                        "-o", apr_path], check=True, capture_output=True,
-                       env=dict(os.environ, APR_QUIET="1"))
+        aprs, ggmls = make_files(model_dir, work)
         with open(make_clip(work), "rb") as handle:
             samples = read_audio(handle.read())
         audio_s = len(samples) / SAMPLE_RATE
-        peers = native_peers(model_dir, apr_path, args.threads)
-        browser = None if args.no_browser else BrowserPeer(apr_path)
+        peers = native_peers(model_dir, aprs, ggmls, args.threads)
+        browser = None if args.no_browser else BrowserPeer(aprs["f16"])
         best = {}
         texts = {}
         runs = {}
@@ -165,6 +201,8 @@ def main(args: argparse.Namespace) -> int:
                 elapsed = time.perf_counter() - start
                 runs.setdefault(name, []).append(elapsed)
                 best[name] = min(best.get(name, elapsed), elapsed)
+                print("round {} {}: {:.1f} s".format(round_index + 1, name, elapsed),
+                      file=sys.stderr, flush=True)
             if browser is not None and round_index < args.browser_rounds:
                 text, elapsed = browser.run(samples)
                 texts["apr (chromium)"] = text
@@ -180,9 +218,7 @@ def main(args: argparse.Namespace) -> int:
             for name in best]
     if args.json:
         print(json.dumps({"audio_s": audio_s, "threads": args.threads, "rounds": args.rounds,
-                          "load_average": load, "results": rows,
-                          "whisper_cpp": "not measured: its ggml models come only from the "
-                                         "Hugging Face hub"}, indent=2))
+                          "load_average": load, "results": rows}, indent=2))
         return 0
     print("Whisper base, {:.1f} s espeak-ng clip, {} thread(s), best of {} alternating "
           "rounds (load average {:.2f})".format(audio_s, args.threads, args.rounds, load))
@@ -191,7 +227,6 @@ def main(args: argparse.Namespace) -> int:
         print("{:<24} {:>9.2f} {:>7.2f}x {:>6.3f}   {}".format(
             row["peer"], row["best_s"], row["rtf"], row["wer"],
             " ".join("{:.1f}".format(r) for r in row["runs_s"])))
-    print("whisper.cpp: not measured (pywhispercpp's ggml models come only from the hub)")
     return 0
 
 
