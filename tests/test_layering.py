@@ -40,7 +40,11 @@ LAYERS = [
     ("cli", ["apr_native.cli", "apr_native.tui", "apr_native.compile"]),
     ("shell-source", ["apr_websource", "apr_webcrypto", "apr_webkernel", "apr_webhub",
                       "apr_webplace", "apr_webgpu"]),
-    ("shell-run", ["apr_webrun", "apr_webspeech"]),   # generation; Whisper (speech page)
+    # generation; Whisper (speech page); the edge worker's Python that runs in Pyodide
+    # over the shell's modules (apr compile copies it into the bundle as `apr_worker`)
+    ("shell-run", ["apr_webrun", "apr_webspeech"] +
+     ["apr_native.compile.worker_bundle." + name
+      for name in ("api", "js_entry", "placement", "store")]),
     ("shell", ["apr_web"]),
 ]
 
