@@ -22,7 +22,7 @@ sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "native")]
 # group -> function names whose cumulative time counts, outermost calls only: a call made
 # from another function of the same group is already inside that one's time.
 # A name "file.py:function" matches that file's function only.
-GROUPS = (("one-call layers", ("cpu_block.py:decoder_block",)),
+GROUPS = (("one-call layers", ("decoder_block.py:decoder_block",)),
           ("matmul kernels", ("matmul_group", "matmul")),
           ("gate/up + act", ("matmul_glu",)),
           ("attention", ("attention", "cached_attention")),

@@ -30,7 +30,7 @@ the CPU backend when there is no adapter, with the reason logged).
 kinds "matmul" and "attention" (the other kinds use the references). With
 `NUMBA_ENABLE_CUDASIM=1` numba's simulator runs the same kernels on the CPU (for tests;
 far too slow to generate with); with `APR_CUDA_EMULATE=1` the kernels' thread code runs
-compiled on the CPU over the same grid (`kernels.cuda_emulated`: checks whole models).
+compiled on the CPU over the same grid (`kernels.cuda.cuda_emulated`: checks whole models).
 """
 from __future__ import annotations
 
@@ -114,19 +114,20 @@ def threads() -> int:
 
 
 def _register_numba() -> None:
-    from .kernels import cpu, cpu_block, cpu_fused
+    from .kernels import cpu
+    from .kernels.layer import decoder_block, fused_layers
     for name in cpu.SUPPORTED:
         registry.register("matmul", name, backend="numba")(cpu.numba_matmul)
     registry.register("matmul_group", "*", backend="numba")(cpu.numba_matmul_group)
-    for kind, kernel in {**cpu_fused.KERNELS, **cpu_block.KERNELS}.items():  # model.fused's
+    for kind, kernel in {**fused_layers.KERNELS, **decoder_block.KERNELS}.items():  # model.fused's
         registry.register(kind, "*", backend="numba")(kernel)
 
 
 def _register_cuda() -> None:
     if _cuda_emulated():
-        from .kernels import cuda_emulated as kernels
+        from .kernels.cuda import cuda_emulated as kernels
     else:
-        from .kernels import cuda as kernels
+        from .kernels.cuda import cuda_matmul as kernels
     for name in kernels.SUPPORTED:
         registry.register("matmul", name, backend="cuda")(kernels.KERNELS["matmul"])
     registry.register("attention", "*", backend="cuda")(kernels.KERNELS["attention"])

@@ -30,15 +30,19 @@ TARGET_ENV = ("APR_ISA", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
 
 
 def package_stamp() -> str:
-    """A digest of every source of the kernels package. numba's own stamp covers only a
-    function's file, which would keep stale machine code for a kernel calling code from
-    another file after that file changed; `apr_native.kernels` stamps every function
-    with this instead."""
+    """A digest of every source of the kernels package and its sub-packages. numba's own
+    stamp covers only a function's file, which would keep stale machine code for a kernel
+    calling code from another file after that file changed; `apr_native.kernels` stamps
+    every function with this instead."""
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(KERNELS_DIR)):
-        if name.endswith(".py"):
-            with open(os.path.join(KERNELS_DIR, name), "rb") as handle:
-                digest.update(name.encode() + b"\0" + handle.read())
+    for folder, dirs, files in sorted(os.walk(KERNELS_DIR)):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as handle:
+                    relative = os.path.relpath(path, KERNELS_DIR).replace(os.sep, "/")
+                    digest.update(relative.encode() + b"\0" + handle.read())
     return digest.hexdigest()
 
 

@@ -1,7 +1,7 @@
 """How many rows a numba pass takes as integer dots, kept apart from the numba kernels so
 a process can know it without importing numba (`backends`' quick start)."""
 
-# Above this many tokens float products of dequantized rows (`cpu_blocks.rows_times_tokens`)
+# Above this many tokens float products of dequantized rows (`block_rows.rows_times_tokens`)
 # beat integer dots (one thread, ns per 32 weights and token, Q5_0/Q8_0/Q6_K: dots
 # 0.45-0.86 at 16 tokens, products 0.53-0.63; at 32 tokens dots 0.68-2.0, products
 # 0.50-0.54). It is also the most rows a speculative verification pass takes.

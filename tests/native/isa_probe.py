@@ -67,7 +67,7 @@ def main(paths):
               "greedy": {path: greedy(path) for path in paths}}
     from numba.core import config                      # as the kernels' import set it
     result["numba_cpu"] = [config.CPU_NAME, config.CPU_FEATURES]
-    from apr_native.kernels import llvm_ir
+    from apr_native.kernels.vector import llvm_ir
     result["paths"] = {"pmaddwd": llvm_ir._PMADDWD is not None, "f16c": bool(llvm_ir._F16C)}
     sys.stdout.write("ISA_PROBE " + json.dumps(result) + "\n")
     return 0

@@ -1,6 +1,6 @@
-"""The blocked (flash-style) attention kernel (apr_native.kernels.cpu_attention) against
-the numpy reference (apr_core.model.layers.attention, float64 scores), and the KV cache
-types' numba store/load against apr_core's quantizers.
+"""The blocked (flash-style) attention kernel (apr_native.kernels.attention.paged_attention)
+against the numpy reference (apr_core.model.layers.attention, float64 scores), and the KV
+cache types' numba store/load against apr_core's quantizers.
 
 The bound (per output element of query row t, head h; u = 2^-24, L visible keys, n_b key
 blocks of the kernel, s_j the exact scaled scores, m their max, p_j the exact softmax):
@@ -32,13 +32,14 @@ pytest.importorskip("numba")
 from numba import njit                                            # noqa: E402
 
 from apr_core.model import fused, kv_types                        # noqa: E402
-from apr_native.kernels import cpu_attention, cpu_fused           # noqa: E402
-from apr_native.kernels.kv_rows import decode_row, kind_code      # noqa: E402
+from apr_native.kernels.attention import paged_attention
+from apr_native.kernels.layer import fused_layers  # noqa: E402
+from apr_native.kernels.attention.kv_rows import decode_row, kind_code      # noqa: E402
 
 pytestmark = pytest.mark.native
 
 U = 2.0 ** -24
-KB = cpu_attention.KB
+KB = paged_attention.KB
 # (heads, kv heads, head_dim): SmolLM2-135M, Qwen2.5-0.5B, Gemma-3-270M
 SHAPES = {"smollm2": (9, 3, 64), "qwen2.5": (14, 2, 64), "gemma3": (4, 1, 256)}
 
@@ -139,7 +140,7 @@ def test_blocked_kernel_within_bound(shape, tokens, n_keys, window, pool_threads
     q_pos = np.arange(n_keys - tokens, n_keys)
     args = (q, k, v, n_keys, q_pos, hd ** -0.5, window)
     ref = fused.cached_attention(*args)
-    got = cpu_fused.attention(*args)
+    got = fused_layers.attention(*args)
     assert got.shape == ref.shape == (tokens, heads * hd)
     err = np.abs(got.astype(np.float64) - ref)
     bound = blocked_bound(q, k[:, :n_keys], v[:, :n_keys], q_pos, hd ** -0.5, window)
@@ -161,7 +162,7 @@ def test_blocked_kernel_on_quantized_caches(kind, tokens, n_keys, window, pool_t
     v = cache_of(kind, rng.standard_normal((n_keys, n_kv, hd)).astype(np.float32))
     q_pos = np.arange(n_keys - tokens, n_keys)
     ref = fused.cached_attention(q, k, v, n_keys, q_pos, hd ** -0.5, window)
-    got = cpu_fused.attention(q, k, v, n_keys, q_pos, hd ** -0.5, window)
+    got = fused_layers.attention(q, k, v, n_keys, q_pos, hd ** -0.5, window)
     if kind == "f16":
         kd = kv_types.load(k, hd, slice(0, n_keys))
         vd = kv_types.load(v, hd, slice(0, n_keys))
@@ -194,7 +195,7 @@ def test_paged_rows_of_several_sequences(pool_threads):
     tables, q_pos = np.array(tables), np.array(q_pos, np.int64)
     q = (rng.standard_normal((len(q_pos), heads, hd)) * 3).astype(np.float32)
     ref = fused.attention_paged(q, k_pool, v_pool, tables, block, q_pos, hd ** -0.5, 0)
-    got = cpu_fused.attention_paged(q, k_pool, v_pool, tables, block, q_pos, hd ** -0.5, 0)
+    got = fused_layers.attention_paged(q, k_pool, v_pool, tables, block, q_pos, hd ** -0.5, 0)
     start = 0
     for length, count in zip(lengths, rows):
         slots = fused.sequence_slots(tables[start], block, length)
@@ -229,7 +230,7 @@ def test_kv_store_and_load_bit_exact(kind, hd):
     v = rng.standard_normal((t_count, n_kv, hd)).astype(np.float32)
     q = np.zeros((t_count, 4, hd), np.float32)
     ours_k, ours_v = (kv_types.allocate(kind, n_kv, 16, hd) for _ in range(2))
-    cpu_fused.rope_store(q, k, v, None, None, 0, False, ours_k, ours_v, 3)
+    fused_layers.rope_store(q, k, v, None, None, 0, False, ours_k, ours_v, 3)
     want_k, want_v = (kv_types.allocate(kind, n_kv, 16, hd) for _ in range(2))
     want_k[:, 3:3 + t_count] = kv_types.encode(kind, k.transpose(1, 0, 2))
     want_v[:, 3:3 + t_count] = kv_types.encode(kind, v.transpose(1, 0, 2))

@@ -6,7 +6,7 @@ A family's layer features are what its contract (contracts/*.yaml, read through
 "positions" ...). Most backends run a layer through the model's own `Transformer.run_block`,
 kind by kind (RUN_BLOCK: every feature, by construction). Two have a path of their own for a
 whole layer or model, which a feature it lacks sends back to `run_block` (numba's one-call
-layer, `cpu_block.layer_gaps`) or to the CPU backend (webgpu's device plan, `GpuUnfit`).
+layer, `decoder_block.layer_gaps`) or to the CPU backend (webgpu's device plan, `GpuUnfit`).
 Such a fallback is slower, not wrong, so nothing else would notice one appearing: each must
 be listed in FALLBACKS with its reason, and one that goes away must leave the table too.
 """
@@ -26,7 +26,7 @@ from apr_core.model import Transformer, fused                     # noqa: E402
 from apr_core.model.families import contracts                     # noqa: E402
 from apr_core.quant import registry                               # noqa: E402
 from apr_native import backends                                   # noqa: E402
-from apr_native.kernels import cpu_block                          # noqa: E402
+from apr_native.kernels.layer import decoder_block  # noqa: E402
 from synthetic_models import write_gguf_model, write_hf_model     # noqa: E402
 
 pytestmark = pytest.mark.native
@@ -88,8 +88,8 @@ def numba_gaps(path):
     model = Transformer.from_path(path, kernels=backends.select("numba"))
     gaps = set()
     for block in model.blocks:
-        found = cpu_block.layer_gaps(model, block)
-        assert (cpu_block.layer_plan(model, block) is None) == bool(found), found
+        found = decoder_block.layer_gaps(model, block)
+        assert (decoder_block.layer_plan(model, block) is None) == bool(found), found
         gaps.update(found)
     return gaps
 
@@ -152,8 +152,8 @@ def test_numba_runs_the_layers_it_plans_in_one_call_bit_for_bit(family, models, 
     attention biases ...) with the results of the kinds one by one."""
     model = Transformer.from_path(models[family], kernels=backends.select("numba"))
     calls = []
-    step = cpu_block.decoder_step
-    monkeypatch.setattr(cpu_block, "decoder_step", lambda *a: calls.append(1) or step(*a))
+    step = decoder_block.decoder_step
+    monkeypatch.setattr(decoder_block, "decoder_step", lambda *a: calls.append(1) or step(*a))
     fast = _forward(model)
     assert len(calls) == 2 * model.config.n_layers
     monkeypatch.delitem(registry._KERNELS[("decoder_block", "*")], "numba")
@@ -164,10 +164,10 @@ def test_numba_runs_the_layers_it_plans_in_one_call_bit_for_bit(family, models, 
 @pytest.mark.parametrize("family", sorted({f for b, f in FALLBACKS if b == "numba"}))
 def test_a_numba_fallback_is_logged_once_with_its_features(family, models, caplog):
     model = Transformer.from_path(models[family], kernels=backends.select("numba"))
-    with caplog.at_level(logging.INFO, logger=cpu_block.LOG.name):
+    with caplog.at_level(logging.INFO, logger=decoder_block.LOG.name):
         _forward(model)
         _forward(model)
-    told = [r.getMessage() for r in caplog.records if r.name == cpu_block.LOG.name]
+    told = [r.getMessage() for r in caplog.records if r.name == decoder_block.LOG.name]
     assert len(told) == 1, told
-    assert told[0].endswith(", ".join(cpu_block.layer_gaps(model, model.blocks[0]))), told
+    assert told[0].endswith(", ".join(decoder_block.layer_gaps(model, model.blocks[0]))), told
     assert all(feature in told[0] for feature in FALLBACKS["numba", family]), told

@@ -51,7 +51,7 @@ def cuda_target(monkeypatch):
     monkeypatch.setattr(dispatcher, "get_current_device",
                         lambda: SimpleNamespace(compute_capability=CC))
     from numba import cuda
-    from apr_native.kernels import cuda as kernels
+    from apr_native.kernels.cuda import cuda_matmul as kernels
     return cuda, kernels
 
 

@@ -34,7 +34,7 @@ def close_to_exact(got, x, w):
 def case_synthetic():
     from apr_core import dtypes
     from apr_core.quant.api import dequantize, quantize
-    from apr_native.kernels import cuda as kc
+    from apr_native.kernels.cuda import cuda_matmul as kc
     rng = np.random.default_rng(0)
     for name in kc.SUPPORTED:
         dtype = dtypes.BY_NAME[name]
@@ -50,7 +50,8 @@ def case_emulation_is_the_kernel():
     reduction tree replayed in order) gives the simulated kernels' results bit for bit."""
     from apr_core import dtypes
     from apr_core.quant.api import quantize
-    from apr_native.kernels import cuda as kc, cuda_emulated as ke
+    from apr_native.kernels.cuda import cuda_matmul as kc
+    from apr_native.kernels.cuda import cuda_emulated as ke
     rng = np.random.default_rng(3)
     for name in kc.SUPPORTED:
         dtype = dtypes.BY_NAME[name]
@@ -70,7 +71,7 @@ def case_emulation_is_the_kernel():
 def case_real_tensors():
     from apr_core.formats.open import open_model
     from apr_core.quant.api import dequantize
-    from apr_native.kernels import cuda as kc
+    from apr_native.kernels.cuda import cuda_matmul as kc
     from apr_native.real_models import locate
     from apr_core.errors import AprError, ErrorCode
     rng = np.random.default_rng(1)
@@ -103,7 +104,7 @@ def case_real_tensors():
 
 def case_attention():
     from apr_core.model.layers import attention
-    from apr_native.kernels.cuda import cuda_attention
+    from apr_native.kernels.cuda.cuda_matmul import cuda_attention
     rng = np.random.default_rng(2)
     q = rng.standard_normal((3, 6, 16)).astype(np.float32)       # [T, H, hd]
     k = rng.standard_normal((2, 12, 16)).astype(np.float32)      # [n_kv, cap, hd]

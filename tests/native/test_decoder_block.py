@@ -1,4 +1,4 @@
-"""The numba "decoder_block" kind (apr_native/kernels/cpu_block.py): a whole layer in one
+"""The numba "decoder_block" kind (apr_native/kernels/decoder_block.py): a whole layer in one
 call must give bit-identical results to the same layer run kind by kind from
 `Transformer.run_block` (same kernels, same order), with 1 and 2 pool threads; layers it
 does not handle (LayerNorm, Gemma's extra norms, dense weights) fall back."""
@@ -10,7 +10,9 @@ pytest.importorskip("numba")
 from apr_core.model import Transformer, fused                    # noqa: E402
 from apr_core.quant import registry                              # noqa: E402
 from apr_native import backends                                  # noqa: E402
-from apr_native.kernels import cpu, cpu_block, cpu_fused         # noqa: E402
+from apr_native.kernels import cpu
+from apr_native.kernels.layer import decoder_block
+from apr_native.kernels.layer import fused_layers  # noqa: E402
 from synthetic_models import write_gguf_model, write_hf_model    # noqa: E402
 
 pytestmark = pytest.mark.native
@@ -22,7 +24,7 @@ def numba_backend():
 
 
 def test_every_fused_kind_has_a_numba_version():
-    assert set(cpu_fused.KERNELS) | set(cpu_block.KERNELS) == set(fused.KINDS)
+    assert set(fused_layers.KERNELS) | set(decoder_block.KERNELS) == set(fused.KINDS)
 
 
 def steps(model):
@@ -36,14 +38,14 @@ def steps(model):
 
 
 def count_fused_layers(monkeypatch):
-    """Calls of the one-call layer (`cpu_block.decoder_step`), counted."""
+    """Calls of the one-call layer (`decoder_block.decoder_step`), counted."""
     calls = []
-    step = cpu_block.decoder_step
+    step = decoder_block.decoder_step
 
     def counted(*args):
         calls.append(1)
         return step(*args)
-    monkeypatch.setattr(cpu_block, "decoder_step", counted)
+    monkeypatch.setattr(decoder_block, "decoder_step", counted)
     return calls
 
 
@@ -75,7 +77,7 @@ def test_layers_it_does_not_handle_fall_back(family, extra, tmp_path, numba_back
                                              monkeypatch):
     write_hf_model(tmp_path, family, **extra)
     model = Transformer.from_path(str(tmp_path), kernels=numba_backend)
-    assert all(cpu_block.layer_plan(model, block) is None for block in model.blocks)
+    assert all(decoder_block.layer_plan(model, block) is None for block in model.blocks)
     calls = count_fused_layers(monkeypatch)
     fast = steps(model)
     assert calls == []
@@ -89,7 +91,7 @@ def test_plan_follows_the_model_config(tmp_path):
     write_gguf_model(path, arch="qwen2", quant="Q8_0")
     model = Transformer.from_path(str(path))
     cfg = model.config
-    plan = cpu_block.layer_plan(model, model.blocks[0])
+    plan = decoder_block.layer_plan(model, model.blocks[0])
     assert plan.qkv.rows == cfg.q_dim + 2 * cfg.kv_dim
     assert plan.qkv_bias.shape == (cfg.q_dim + 2 * cfg.kv_dim,)   # qwen2: q/k/v biases
     assert plan.o_bias.size == 0 and plan.down_bias.size == 0

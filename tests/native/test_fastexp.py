@@ -7,7 +7,7 @@ pytest.importorskip("numba")
 
 from numba import njit                                           # noqa: E402
 
-from apr_native.kernels import fastexp                           # noqa: E402
+from apr_native.kernels.vector import fastexp  # noqa: E402
 
 pytestmark = pytest.mark.native
 

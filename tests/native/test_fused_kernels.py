@@ -3,7 +3,7 @@ references on random inputs of the real models' shapes, the GQA and sliding-wind
 cases, the fallbacks, and whole tiny models of every family block shape under the numba
 backend against numpy.
 
-Tolerances (derived in apr_native/kernels/cpu_fused.py's docstring):
+Tolerances (derived in apr_native/kernels/fused_layers.py's docstring):
 - rope_store: the same float32 operations in the same order: exact.
 - rms_norm_add: the residual sum is exact; the norm differs by the mean of squares'
   summation (float64 vs float32): a few ulp of each output.
@@ -23,7 +23,8 @@ from apr_core.model.layers import silu                           # noqa: E402
 from apr_core.model.weights import Linear                        # noqa: E402
 from apr_core.quant.api import dequantize, quantize              # noqa: E402
 from apr_native import backends                                  # noqa: E402
-from apr_native.kernels import cpu, cpu_fused                    # noqa: E402
+from apr_native.kernels import cpu
+from apr_native.kernels.layer import fused_layers  # noqa: E402
 from synthetic_models import write_gguf_model, write_hf_model    # noqa: E402
 from test_numba_kernels import activation_error_bound            # noqa: E402
 
@@ -44,7 +45,7 @@ def test_rms_norm_add(shape, tokens, residual):
     a = rng.standard_normal((tokens, d)).astype(np.float32) if residual else None
     w = rng.standard_normal(d).astype(np.float32)
     s_ref, h_ref = fused.rms_norm_add(x, a, w, 1e-5)
-    s, h = cpu_fused.rms_norm_add(x, a, w, 1e-5)
+    s, h = fused_layers.rms_norm_add(x, a, w, 1e-5)
     np.testing.assert_array_equal(s, s_ref)
     # the inverse rms differs by ~1 ulp, each product rounds once more
     assert (np.abs(h - h_ref) <= 4 * U * np.abs(h_ref) + 1e-30).all()
@@ -70,8 +71,8 @@ def test_rope_store_exact(shape, neox, dim, tokens):
                                           hd, dim)
     ref_caches, our_caches = caches.copy(), caches.copy()
     q_ref = fused.rope_store(q, k, v, cos, sin, dim, neox, ref_caches[0], ref_caches[1], 5)
-    q_out = cpu_fused.rope_store(q, k, v, cos, sin, dim, neox, our_caches[0],
-                                 our_caches[1], 5)
+    q_out = fused_layers.rope_store(q, k, v, cos, sin, dim, neox, our_caches[0],
+                                    our_caches[1], 5)
     np.testing.assert_array_equal(q_out, q_ref)
     np.testing.assert_array_equal(our_caches, ref_caches)   # other positions untouched too
     assert not np.array_equal(q_out, q)
@@ -80,7 +81,7 @@ def test_rope_store_exact(shape, neox, dim, tokens):
 def test_rope_store_without_rotation_stores_as_is():
     q, k, v, _, _, caches = rope_case(np.random.default_rng(1), 3, 4, 2, 16, 16)
     ours = caches.copy()
-    q_out = cpu_fused.rope_store(q, k, v, None, None, 0, False, ours[0], ours[1], 2)
+    q_out = fused_layers.rope_store(q, k, v, None, None, 0, False, ours[0], ours[1], 2)
     np.testing.assert_array_equal(q_out, q)
     np.testing.assert_array_equal(ours[0][:, 2:5], k.transpose(1, 0, 2))
     np.testing.assert_array_equal(ours[1][:, 2:5], v.transpose(1, 0, 2))
@@ -94,15 +95,15 @@ def quantized_linear(rng, name, shape, bias=None):
 
 
 @pytest.mark.parametrize("d,d_ff,name", [(576, 1536, "Q4_1"),      # SmolLM2's gate/up
-                                          (896, 4864, "Q5_0"),      # Qwen2.5's
-                                          (512, 1024, "Q4_K"), (512, 1024, "Q6_K")])
+                                         (896, 4864, "Q5_0"),      # Qwen2.5's
+                                         (512, 1024, "Q4_K"), (512, 1024, "Q6_K")])
 @pytest.mark.parametrize("tokens", [1, cpu.DOT_MAX_TOKENS + 2])
 def test_matmul_glu_within_activation_bound(d, d_ff, name, tokens, pool_threads):
     rng = np.random.default_rng(3)
     gate, wg = quantized_linear(rng, name, (d_ff, d))
     up, wu = quantized_linear(rng, name, (d_ff, d))
     x = rng.standard_normal((tokens, d)).astype(np.float32) * 0.1
-    got = cpu_fused.matmul_glu(gate, up, x, "silu").astype(np.float64)
+    got = fused_layers.matmul_glu(gate, up, x, "silu").astype(np.float64)
     g = x.astype(np.float64) @ wg.T.astype(np.float64)
     u = x.astype(np.float64) @ wu.T.astype(np.float64)
     exact = g / (1.0 + np.exp(-g)) * u
@@ -121,11 +122,11 @@ def test_matmul_glu_falls_back_for_other_activations_and_biases():
     gate, _ = quantized_linear(rng, "Q4_1", (64, 64))
     up, _ = quantized_linear(rng, "Q4_1", (64, 64), bias=rng.standard_normal(64))
     x = rng.standard_normal((1, 64)).astype(np.float32)
-    np.testing.assert_array_equal(cpu_fused.matmul_glu(gate, up, x, "gelu"),
+    np.testing.assert_array_equal(fused_layers.matmul_glu(gate, up, x, "gelu"),
                                   fused.matmul_glu(gate, up, x, "gelu"))
     # a biased up projection runs the projections one by one, then the fused SiLU
     want = silu(gate.matmul(x)) * up.matmul(x)
-    assert np.abs(cpu_fused.matmul_glu(gate, up, x, "silu") - want).max() <= \
+    assert np.abs(fused_layers.matmul_glu(gate, up, x, "silu") - want).max() <= \
         4 * U * np.abs(want).max()
 
 

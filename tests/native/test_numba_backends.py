@@ -10,7 +10,7 @@ from apr_core.errors import AprError, ErrorCode                  # noqa: E402
 from apr_core.model.weights import Linear, numpy_matmul          # noqa: E402
 from apr_core.quant import quantize, registry                    # noqa: E402
 from apr_native import backends                                  # noqa: E402
-from apr_native.kernels import cpu                               # noqa: E402
+from apr_native.kernels import cpu  # noqa: E402
 
 pytestmark = pytest.mark.native
 
@@ -53,7 +53,7 @@ def test_cuda_needs_a_device_or_the_simulator(monkeypatch):
 
 
 def test_cuda_emulation_registers_the_thread_code_on_the_cpu(monkeypatch):
-    from apr_native.kernels import cuda_emulated
+    from apr_native.kernels.cuda import cuda_emulated
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     monkeypatch.setenv("APR_CUDA_EMULATE", "1")
     assert "cuda" not in backends.available() or backends.available()[0] == "cuda"

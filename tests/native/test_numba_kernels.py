@@ -19,7 +19,8 @@ pytest.importorskip("numba")
 from apr_core import dtypes                                      # noqa: E402
 from apr_core.formats.open import open_model                     # noqa: E402
 from apr_core.quant.api import dequantize, quantize              # noqa: E402
-from apr_native.kernels import cpu, cpu_blocks                   # noqa: E402
+from apr_native.kernels import cpu
+from apr_native.kernels.blocks import block_rows  # noqa: E402
 
 pytestmark = pytest.mark.native
 
@@ -79,7 +80,7 @@ def test_matvec_within_activation_quantization_bound(name, pool_threads):
 
 
 # (40, 512): one pass over the input; (9, 2560): passes of K_CHUNK columns, the last partial
-@pytest.mark.parametrize("shape", [(40, 512), (9, 2 * cpu_blocks.K_CHUNK + 512)])
+@pytest.mark.parametrize("shape", [(40, 512), (9, 2 * block_rows.K_CHUNK + 512)])
 @pytest.mark.parametrize("name", TYPES)
 def test_many_tokens_match_float_reference(name, shape, pool_threads):
     """Prefill: exact weights, float32 activations: only summation order differs."""

@@ -1,10 +1,10 @@
-"""Multi-token integer dots (apr_native/kernels/cpu_rows.py) against the one-token kernel
-(`cpu_blocks.dot_rows`, itself checked against numpy in test_numba_kernels.py): for
+"""Multi-token integer dots (apr_native/kernels/token_rows.py) against the one-token kernel
+(`block_rows.dot_rows`, itself checked against numpy in test_numba_kernels.py): for
 every block type, every token of a multi-row call must get exactly the bits a call with
 that token alone gives -- speculative verification relies on it for greedy ids equal to
 plain decoding's. Blocks are random bytes with extreme f16 scales (zero, subnormal,
 tiny, the largest finite half, negative), activations with loud, silent and tiny runs;
-rows from 1 to past the register group (`cpu_rows.GROUP`), directly and through the
+rows from 1 to past the register group (`token_rows.GROUP`), directly and through the
 pool (one and two threads, chunks that cut rows unevenly), alone, grouped and as the
 gated MLP's task."""
 import numpy as np
@@ -15,8 +15,11 @@ pytest.importorskip("numba")
 from apr_core import dtypes                                      # noqa: E402
 from apr_core.model.weights import Linear                        # noqa: E402
 from apr_native import backends                                  # noqa: E402
-from apr_native.kernels import cpu, cpu_blocks, cpu_fused, cpu_rows, pool  # noqa: E402
-from apr_native.kernels.common import BLOCKS, quantize_x         # noqa: E402
+from apr_native.kernels import cpu, pool
+from apr_native.kernels.blocks import block_rows
+from apr_native.kernels.layer import fused_layers
+from apr_native.kernels.blocks import token_rows  # noqa: E402
+from apr_native.kernels.blocks.block_table import BLOCKS, quantize_x         # noqa: E402
 
 pytestmark = pytest.mark.native
 
@@ -61,7 +64,7 @@ def one_token_rows(kind, w, rows, nb, row_bytes, x):
     out = np.empty((x.shape[0], rows), np.float32)
     for t in range(x.shape[0]):
         y = np.empty((1, rows), np.float32)
-        cpu_blocks.dot_rows(kind, w, 0, 0, rows, nb, row_bytes, *quantize_x(x[t:t + 1]), y, 0)
+        block_rows.dot_rows(kind, w, 0, 0, rows, nb, row_bytes, *quantize_x(x[t:t + 1]), y, 0)
         out[t] = y[0]
     return out
 
@@ -75,11 +78,11 @@ def test_every_token_gets_its_one_token_bits(name):
     x = activations(37, n_in, seed=kind + 100)
     alone = one_token_rows(kind, w, rows, nb, row_bytes, x)           # [37, rows]
     assert np.isfinite(alone).all() and np.abs(alone).max() > 0
-    for tokens in list(range(1, cpu_rows.GROUP + 2)) + [33, 37]:
-        layout = cpu_rows.pair_layout(*quantize_x(x[:tokens]))
+    for tokens in list(range(1, token_rows.GROUP + 2)) + [33, 37]:
+        layout = token_rows.pair_layout(*quantize_x(x[:tokens]))
         y = np.full((tokens, 3 + rows - 2), np.nan, np.float32)
         # rows 2..10 into columns 3.., as a pool chunk addresses them
-        cpu_rows.dot_token_rows(kind, w, 0, 2, rows, nb, row_bytes, *layout, y, 3)
+        token_rows.dot_token_rows(kind, w, 0, 2, rows, nb, row_bytes, *layout, y, 3)
         assert np.array_equal(bits(y[:, 3:]), bits(alone[:tokens, 2:])), (name, tokens)
         assert np.isnan(y[:, :3]).all()                              # nothing else written
 
@@ -87,8 +90,8 @@ def test_every_token_gets_its_one_token_bits(name):
 def test_pair_layout_holds_the_quantized_activations():
     x = activations(5, 96, seed=1)
     xq, xd, xs = quantize_x(x)
-    xp, xdt, xst = cpu_rows.pair_layout(xq, xd, xs)
-    slots = cpu_rows.padded_tokens(5)
+    xp, xdt, xst = token_rows.pair_layout(xq, xd, xs)
+    slots = token_rows.padded_tokens(5)
     assert slots == 8 and xdt.shape == xst.shape == (3, 8)
     grid = xp.reshape(3, slots // 2, 2, 2, 16)           # run, pair, half, token, element
     for t in range(5):
@@ -97,7 +100,7 @@ def test_pair_layout_holds_the_quantized_activations():
             assert np.array_equal(run, xq[t, 32 * q:32 * q + 32])
     assert np.array_equal(xdt[:, :5], xd.T) and np.array_equal(xst[:, :5], xs.T)
     assert not grid[:, 2, :, 1].any() and not grid[:, 3].any() and not xdt[:, 5:].any()
-    assert [cpu_rows.padded_tokens(t) for t in (1, 2, 3, 9, 16, 17, 40)] == \
+    assert [token_rows.padded_tokens(t) for t in (1, 2, 3, 9, 16, 17, 40)] == \
         [2, 2, 4, 16, 16, 32, 48]
 
 
@@ -117,7 +120,7 @@ def test_pool_matmul_rows_equal_decode_steps(name, pool_threads):
     assert pool_threads.task[pool.SLOTS] == 0
     for tokens in (2, 3, 5, 8, 9, cpu.DOT_MAX_TOKENS):
         got = cpu.numba_matmul(lin.data, lin.dtype, lin.shape, x[:tokens], 0)
-        assert pool_threads.task[pool.SLOTS] == cpu_rows.padded_tokens(tokens)
+        assert pool_threads.task[pool.SLOTS] == token_rows.padded_tokens(tokens)
         assert np.array_equal(bits(got), bits(steps[:tokens])), (name, tokens)
 
 
@@ -131,11 +134,11 @@ def test_group_and_glu_rows_equal_decode_steps(names, pool_threads):
     x = activations(7, n_in, seed=5)
     assert cpu.weight_table(qkv) is not None and cpu.weight_table((gate, up)) is not None
     many_qkv = cpu.numba_matmul_group(qkv, x)
-    many_glu = cpu_fused.matmul_glu(gate, up, x, "silu")
+    many_glu = fused_layers.matmul_glu(gate, up, x, "silu")
     for t in range(x.shape[0]):
         for got, want in zip(many_qkv, cpu.numba_matmul_group(qkv, x[t:t + 1])):
             assert np.array_equal(bits(got[t:t + 1]), bits(want))
-        want = cpu_fused.matmul_glu(gate, up, x[t:t + 1], "silu")
+        want = fused_layers.matmul_glu(gate, up, x[t:t + 1], "silu")
         assert np.array_equal(bits(many_glu[t:t + 1]), bits(want)), t
 
 
@@ -143,7 +146,7 @@ def test_verification_takes_every_row_the_kernels_keep_exact():
     """The scheduler verifies at most the rows that compute as decoding does: the
     backend's uniform_rows is the first row count that switches to float products."""
     kernels = backends.select("numba")
-    assert kernels.uniform_rows == cpu.DOT_MAX_TOKENS + 1 >= cpu_rows.GROUP + 1
+    assert kernels.uniform_rows == cpu.DOT_MAX_TOKENS + 1 >= token_rows.GROUP + 1
 
 
 def test_the_dots_use_the_wide_integer_instructions_the_host_has():
@@ -153,16 +156,16 @@ def test_the_dots_use_the_wide_integer_instructions_the_host_has():
     none of them where it lacks them; vpdpbusd would need 8-bit activations."""
     from numba import njit
     from apr_native import isa
-    from apr_native.kernels import simd_rows
+    from apr_native.kernels.vector import pair_ir
     kind, block, size = BLOCKS["Q5_0"]
     w = random_blocks("Q5_0", 4, 256, seed=9)
-    xp, xdt, xst = cpu_rows.pair_layout(*quantize_x(activations(16, 256, seed=9)))
+    xp, xdt, xst = token_rows.pair_layout(*quantize_x(activations(16, 256, seed=9)))
     y = np.empty((16, 4), np.float32)
-    fresh = njit(cpu_rows._group_rows.py_func)      # compiled here: the cache keeps no asm
+    fresh = njit(token_rows._group_rows.py_func)      # compiled here: the cache keeps no asm
 
     @njit
     def sixteen_tokens(w, nb, row_bytes, xp, xdt, xst, y):
-        z = simd_rows.zero16()
+        z = pair_ir.zero16()
         fresh(kind, w, 0, 0, 4, nb, row_bytes, xp, xdt, xst, y, 0, 0, 16,
               (z, z, z, z, z, z, z, z), np.empty(16, np.float32), np.empty(128, np.float32),
               np.empty(16, np.float32))

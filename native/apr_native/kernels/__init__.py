@@ -1,4 +1,5 @@
-"""Accelerated kernels for apr_native: numba CPU (`cpu`) and numba CUDA (`cuda`).
+"""Accelerated kernels for apr_native: numba CPU (`cpu`) and numba CUDA (`cuda`). The
+sub-packages and what each holds are mapped in README.md next to this file.
 
 They plug into apr_core's kernel registry (see `apr_native.backends`); model code never
 imports them directly.
@@ -6,7 +7,8 @@ imports them directly.
 numba's on-disk cache (`cache=True`, so CI and users compile once) stamps each function
 with its own source file only, so a kernel calling code from another file here would keep
 stale machine code after that file changed. The locators below stamp every function of
-this package with all of the package's sources instead (`numba_cache.package_stamp`).
+this package and its sub-packages with all of their sources instead
+(`numba_cache.package_stamp`).
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ class _PackageStamp:
 
     @classmethod
     def from_function(cls, py_func, py_file):
-        if os.path.dirname(os.path.abspath(py_file)) != _HERE:
+        if not os.path.abspath(py_file).startswith(_HERE + os.sep):
             return None
         return super().from_function(py_func, py_file)
 

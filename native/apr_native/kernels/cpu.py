@@ -6,8 +6,8 @@ Few tokens (decode, speculative verification; T <= `DOT_MAX_TOKENS`): activation
 quantized to int16 per run of 32 and every weight row is dotted block by block in
 integers (each block's products folded into one 8-lane float vector, summed once per
 row), rows cut into chunks that the threads of `pool` take; the weights are read once,
-never dequantized. One token runs `cpu_blocks.dot_rows`; several run
-`cpu_rows.dot_token_rows`, which unpacks each block once for all of them and gives
+never dequantized. One token runs `block_rows.dot_rows`; several run
+`token_rows.dot_token_rows`, which unpacks each block once for all of them and gives
 every token exactly the bits it gets alone, so a verification pass over a draft computes
 what decode steps would. Accuracy: each activation moves by
 at most half a step, amax / 65534 of its run -- a relative error ~1e-5 on a row's dot, far
@@ -27,8 +27,8 @@ import numpy as np
 from numba import njit, prange
 
 from . import pool
-from .common import BLOCKS, quantize_x
-from .cpu_blocks import dequantize_row
+from .blocks.block_table import BLOCKS, quantize_x
+from .blocks.block_rows import dequantize_row
 
 from ..numba_rows import DOT_MAX_TOKENS  # noqa: E402  (re-exported)
 

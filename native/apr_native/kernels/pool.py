@@ -19,12 +19,12 @@ with two busy neighbours). Here:
   has claimed and not finished: a descheduled or sleeping worker's chunks are taken.
 
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
-(`cpu_blocks.dot_rows` for one token, `cpu_rows.dot_token_rows` for several; one weight,
+(`block_rows.dot_rows` for one token, `token_rows.dot_token_rows` for several; one weight,
 or several sharing an input, their rows concatenated in `y`); TASK_GLU, gate and up rows
 and SiLU(gate) * up over the same row range;
 TASK_PRODUCTS, rows dequantized and multiplied with many tokens' float activations
-(prefill, `cpu_blocks.rows_times_tokens`); TASK_ATTENTION, the items (KV head, query
-tile, key range) of blocked attention over the KV cache (`cpu_attention`).
+(prefill, `block_rows.rows_times_tokens`); TASK_ATTENTION, the items (KV head, query
+tile, key range) of blocked attention over the KV cache (`paged_attention`).
 
 Measured (SmolLM2-135M Q4_1, 2 threads): decode 47 -> 74-95 tok/s against OpenMP (busy
 neighbours: 50 against 27); 32-token prefill 214 -> 354 tok/s.
@@ -41,13 +41,13 @@ import numba
 import numpy as np
 from numba import carray, njit
 
-from . import atomics
-from .atomics import f32_at, i16_at, i64_at, u8_at
-from .common import QBLOCK, quantize_x
-from .cpu_attention import run_described
-from .cpu_blocks import dot_rows, rows_times_tokens
-from .cpu_rows import dot_token_rows, pair_layout
-from .fastexp import silu_mul
+from .vector import atomics
+from .vector.atomics import f32_at, i16_at, i64_at, u8_at
+from .blocks.block_table import QBLOCK, quantize_x
+from .attention.paged_attention import run_described
+from .blocks.block_rows import dot_rows, rows_times_tokens
+from .blocks.token_rows import dot_token_rows, pair_layout
+from .vector.fastexp import silu_mul
 
 # Control words, a cache line (8 int64) apart: waiting threads read GEN and NEXT, so each
 # is kept off the lines the others write.
@@ -63,10 +63,10 @@ KIND, CHUNKS, WORK = 0, 1, 2
 # Weight tasks: weight table, activations `x [T, in]` (quantized: XQ, XD, XS; float32
 # for products: X), outputs.
 TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3, 15)
-# Attention: the address of its own descriptor (`cpu_attention.describe`); the score
+# Attention: the address of its own descriptor (`paged_attention.describe`); the score
 # scale is fargs[0].
 A_DESC = 15
-# Matvecs: activation slots of `cpu_rows.pair_layout` (0: one token, `quantize_x`'s layout).
+# Matvecs: activation slots of `token_rows.pair_layout` (0: one token, `quantize_x`'s layout).
 SLOTS = 29
 TASK_WORDS = 32
 FARG_WORDS = 4
@@ -90,9 +90,9 @@ CHUNK_MIN_BYTES, CHUNKS_PER_THREAD = 16 << 10, 8
 @njit(cache=True)
 def _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, x, tile, y, mode):
     """Rows `a..b-1` of the weights of `table` concatenated, into the same columns of `y`:
-    mode 0 integer dots with `xq, xd, xs` (`cpu_blocks.dot_rows`), 1 with the pair layout
-    `xp, xdt, xst` (`cpu_rows.dot_token_rows`), 2 float products of dequantized rows with
-    `x` (`cpu_blocks.rows_times_tokens`, `tile` scratch)."""
+    mode 0 integer dots with `xq, xd, xs` (`block_rows.dot_rows`), 1 with the pair layout
+    `xp, xdt, xst` (`token_rows.dot_token_rows`), 2 float products of dequantized rows with
+    `x` (`block_rows.rows_times_tokens`, `tile` scratch)."""
     first = 0
     for g in range(table.shape[0]):
         rows, row_bytes = table[g, T_ROWS], table[g, T_ROW_BYTES]
@@ -126,7 +126,7 @@ def run_chunk(task, fargs, c):
     unused = np.empty((0, 0), np.float32)             # for arrays a task kind does not read
     runs, slots = n_in // QBLOCK, task[SLOTS]
     many = task[KIND] == TASK_PRODUCTS
-    # one-token activations (`quantize_x`), or several in `cpu_rows.pair_layout` (SLOTS)
+    # one-token activations (`quantize_x`), or several in `token_rows.pair_layout` (SLOTS)
     one = 0 if slots or many else tokens
     xq = carray(i16_at(task[XQ]), (one, n_in))
     xd = carray(f32_at(task[XD]), (one, runs))
@@ -278,14 +278,14 @@ def glu(ctl, task, fargs, table, x, y_gate, y_up, out, chunks):
     rows = out.shape[1]
     task[KIND], task[TABLE], task[WEIGHTS] = TASK_GLU, table.ctypes.data, 2
     task[Y], task[Y_COLS], task[Y_UP], task[Y_OUT] = (y_gate.ctypes.data, rows,
-                                                       y_up.ctypes.data, out.ctypes.data)
+                                                      y_up.ctypes.data, out.ctypes.data)
     task[CHUNKS], task[WORK] = min(chunks, rows), rows
     _run_matvec(ctl, task, fargs, x)
 
 
 @njit(cache=True)
 def attention(ctl, task, fargs, desc, scale, chunks, items, parts, q, k_bytes, v_bytes, out):
-    """Run the `items` of blocked attention that `desc` (`cpu_attention.describe`)
+    """Run the `items` of blocked attention that `desc` (`paged_attention.describe`)
     describes over the threads, at most `chunks` chunks. The arrays it addresses are
     arguments here, so they live until its last chunk is done."""
     task[KIND], task[A_DESC] = TASK_ATTENTION, desc.ctypes.data

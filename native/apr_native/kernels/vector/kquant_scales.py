@@ -15,7 +15,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .llvm_ir import F32, I8, I32, _const, _load, _ptr, _splat, _vec
-from .simd import f32x8
+from .block_ir import f32x8
 
 
 def _k4_codes(builder, raw):
@@ -55,7 +55,7 @@ def k4_scales8(typingctx, w, p, d, dmin, xd, xs, xo, out):
     def codegen(context, builder, signature, args):
         w, p, d, dmin, xd, xs, xo, out = args
         sc, mn = _k4_codes(builder, _load(builder, _ptr(context, builder, signature.args[0],
-                                                         w, p), 16))
+                                                        w, p), 16))
 
         def floats(v):
             return builder.uitofp(v, _vec(F32, 8))
@@ -104,7 +104,7 @@ def k4_products(typingctx, w, p, d, dmin, out):
     def codegen(context, builder, signature, args):
         w, p, d, dmin, out = args
         sc, mn = _k4_codes(builder, _load(builder, _ptr(context, builder, signature.args[0],
-                                                         w, p), 16))
+                                                        w, p), 16))
         o_ptr = builder.bitcast(_ptr(context, builder, signature.args[4], out,
                                      ir.Constant(I32, 0)), _vec(F32, 8).as_pointer())
         for i, (scale, codes) in enumerate(((d, sc), (dmin, mn))):

@@ -5,7 +5,7 @@ step over the paged block pool (rows of many sequences, each attending to its ow
 Why: a layer is a dozen kernel calls, and from Python each costs 5-15 us of wrapper code,
 dispatch and allocation -- 3.5 ms of SmolLM2-135M's 13 ms per decoded token went there,
 outside the matvecs. Here the layer runs the very kernels the separate kinds run (`pool`
-tasks for the projections and attention, `cpu_fused` loops for the norms and RoPE), in
+tasks for the projections and attention, `fused_layers` loops for the norms and RoPE), in
 the reference's order with its roundings, so a layer's result is bit-identical to the
 kinds called one by one from `Transformer.run_block`.
 
@@ -31,10 +31,10 @@ from numba import njit
 
 from apr_core.model import fused
 
-from . import cpu, pool
-from .cpu_fused import (attention_chunks, attention_into, kernel_caches, rms_rows, rope_rows,
-                        NO_ROWS)
-from .fastexp import silu_mul_inplace
+from .. import cpu, pool
+from .fused_layers import (attention_chunks, attention_into, kernel_caches, rms_rows, rope_rows,
+                           NO_ROWS)
+from ..vector.fastexp import silu_mul_inplace
 
 LOG = logging.getLogger("apr.numba")
 F32 = np.float32
@@ -71,7 +71,7 @@ def _project(ctl, task, fargs, table, bias, x, cols, chunks, many):
 @njit(cache=True)
 def _glu(ctl, task, fargs, glu_table, h, chunks, many):
     """SiLU(h . gate) * (h . up) -> `[T, d_ff]`; for `many` tokens the gate and up rows
-    run as one products task, then the activation (`cpu_fused.matmul_glu`'s order)."""
+    run as one products task, then the activation (`fused_layers.matmul_glu`'s order)."""
     t_count, ff = h.shape[0], glu_table[0, pool.T_ROWS]
     if many:
         both = np.empty((t_count, 2 * ff), np.float32)              # [T, gate | up]

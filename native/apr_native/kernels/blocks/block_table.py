@@ -12,7 +12,7 @@ from numba import njit
 
 from apr_core import dtypes
 
-from .simd import load_f16
+from ..vector.block_ir import load_f16
 
 # The block types these kernels implement, in kind-code order (the code is the index).
 KINDS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")

@@ -1,4 +1,4 @@
-"""The inner loops of the blocked attention kernel (`cpu_attention`): the two small matrix
+"""The inner loops of the blocked attention kernel (`paged_attention`): the two small matrix
 products of a (query tile, key block) pair and the online-softmax step between them.
 
 Layout ("query vectors on lanes"): a tile's M query vectors (every query head of one
@@ -9,11 +9,11 @@ to MP columns (a multiple of 16 lanes; of 32 when the two-vector kernels run):
     Ot [hd, MP]   the unnormalized output, rescaled as the running max grows
     Kb, Vb [KB, hd]  the key block's keys and values decoded to float32
 so every vector operation runs along M and each K or V element is one broadcast
-(`vec16`): a score tile is KB x hd broadcasts of keys times Qt rows, the output update
+(`lanes16`): a score tile is KB x hd broadcasts of keys times Qt rows, the output update
 hd x KB broadcasts of values times S rows. The register tiles are 4 keys (or 4 output
 features) x 2 vectors: 8 accumulators, enough independent FMAs to cover their latency.
 
-Packed lanes (MP == 16: a decode row of a GQA group, `cpu_attention.packing`): with at
+Packed lanes (MP == 16: a decode row of a GQA group, `paged_attention.packing`): with at
 most 8 (4) query vectors, r = 2 (4) features of a vector sit side by side, lane
 (m, x) = m r + x holding feature c r + x of vector m in row c:
     Qt [hd / r, 16], S [KB, 16], Ot [hd / r, 16]
@@ -26,7 +26,7 @@ rows of Ot) x 1 vector.
 
 Softmax per column m (FlashAttention's online form): the block's new max M' =
 max(M, max_b S[b, m]); the old sum and Ot column are multiplied by e^(M - M'); p =
-e^(S - M') is added to the sum. exp is `vec16.vexp0` (fastexp's expf on 16 lanes, <= 1 ulp); an
+e^(S - M') is added to the sum. exp is `lanes16.vexp0` (fastexp's expf on 16 lanes, <= 1 ulp); an
 argument below its clamp (-87) gives exactly 0, so masked keys (-inf) and empty columns
 contribute nothing.
 """
@@ -35,8 +35,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .vec16 import (vadd, vbcast2, vbcast4, vexp0, vfma, vload, vmax, vmul, vsplat, vstore,
-                    vsub, vswap1, vswap2, vzero)
+from ..vector.lanes16 import (vadd, vbcast2, vbcast4, vexp0, vfma, vload, vmax, vmul, vsplat,
+                              vstore, vsub, vswap1, vswap2, vzero)
 
 F32 = np.float32
 NEG_INF = F32(-np.inf)

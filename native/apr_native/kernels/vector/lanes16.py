@@ -1,4 +1,4 @@
-"""16-lane float32 vector values for the blocked attention kernel (`cpu_attention`): numba
+"""16-lane float32 vector values for the blocked attention kernel (`paged_attention`): numba
 intrinsics over LLVM `<16 x float>` (one zmm register with AVX-512, two ymm with AVX2).
 
 Why: the attention tiles are small matrix products (score tile = K block . Q^T, output
@@ -170,7 +170,7 @@ def _c16(value: float) -> ir.Constant:
     return ir.Constant(V16, [value] * LANES)
 
 
-# Cephes expf (as apr_native.kernels.fastexp.exp_f32, the same constants and order).
+# Cephes expf (as apr_native.kernels.vector.fastexp.exp_f32, the same constants and order).
 _EXP_LO, _EXP_HI, _LOG2E, _ROUND = -87.0, 88.0, 1.44269504088896341, 12582912.0
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
 _P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import cuda_threads
-from .common import BLOCKS
+from ..blocks.block_table import BLOCKS
 
 SUPPORTED = tuple(BLOCKS)
 

@@ -1,5 +1,5 @@
 """KV cache rows in their stored types (numba): decode a row to float32 inside the
-attention kernel, encode one on store (RoPE + store, `cpu_fused.rope_rows`).
+attention kernel, encode one on store (RoPE + store, `fused_layers.rope_rows`).
 
 A cache is handed to jitted code as bytes `[n_kv, slots, row_bytes]` (uint8) plus a kind
 code, so one compiled kernel serves every `--kv-type` (a branch per row). One position of
@@ -18,13 +18,13 @@ from numba import njit
 
 from apr_core.model import kv_types
 
-from .vec16 import (f16_bits, f16_row16_b, f32_row16_b, put_f32_b, put_u16_b, q4_0_block_b,
-                    q8_0_block_b)
+from ..vector.lanes16 import (f16_bits, f16_row16_b, f32_row16_b, put_f32_b, put_u16_b,
+                              q4_0_block_b, q8_0_block_b)
 
 F32 = np.float32
 # Kind codes inside jitted code, in apr_core.model.kv_types.NAMES order.
 KV_F32, KV_F16, KV_Q8_0, KV_Q4_0 = (kv_types.NAMES.index(n) for n in ("f32", "f16", "q8_0",
-                                                                     "q4_0"))
+                                                                      "q4_0"))
 QK = 32
 Q8_0_BYTES, Q4_0_BYTES = 34, 18
 JUST_BELOW_HALF = F32(0.5) - F32(2.0 ** -25)      # C roundf as trunc(x + copysign(.., x))

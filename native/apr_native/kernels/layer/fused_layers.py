@@ -11,13 +11,13 @@ Accuracy against the numpy reference:
   rest is the reference's float32 operations in its order: ~1 ulp of the result.
 - rope_store: the reference's float32 products and sums in its order, stored in the
   cache's KV type as apr_core.model.kv_types encodes it: exact.
-- attention: the blocked kernel of `cpu_attention` (float32 scores and online softmax;
+- attention: the blocked kernel of `paged_attention` (float32 scores and online softmax;
   its bound against the reference's float64 scores is in that module).
 - matmul_glu: the matvec's bound (cpu.py) through SiLU, whose float32 exp differs from
   numpy's by ~1 ulp.
 - rms_norm (alone: Q/K norms per head, sandwich norms): the numpy reference itself; these
   are a few thousand values per token, where a compiled loop gains nothing, and the
-  one-call layer (cpu_block) leaves models with them to the kinds, so they stay exact.
+  one-call layer (decoder_block) leaves models with them to the kinds, so they stay exact.
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from numba import njit
 
 from apr_core.model import fused
 
-from . import cpu, pool
-from .cpu_attention import (R_TILE, contiguous_tables, describe, lanes, merge_parts, plan,
-                            run_items)
-from .kv_rows import KV_Q4_0, KV_Q8_0, QK, as_bytes, encode_row, kind_code, rotate_rows
-from .fastexp import silu_mul_inplace
+from .. import cpu, pool
+from ..attention.paged_attention import (R_TILE, contiguous_tables, describe, lanes, merge_parts,
+                                         plan, run_items)
+from ..attention.kv_rows import KV_Q4_0, KV_Q8_0, QK, as_bytes, encode_row, kind_code, rotate_rows
+from ..vector.fastexp import silu_mul_inplace
 
 F32 = np.float32
 
@@ -161,7 +161,7 @@ def attention_into(ctl, task, fargs, q, k_bytes, v_bytes, kind, n_keys, tables, 
                    q_pos, scale, window, out, chunks):
     """`out [T, H, hd]` = attention of `q [T, H, hd]` over the caches (bytes of KV type
     `kind`; row t's blocks `tables[t]`, `block` slots each): the items of
-    `cpu_attention.plan` as a `pool` task of up to `chunks` chunks, or on the calling
+    `paged_attention.plan` as a `pool` task of up to `chunks` chunks, or on the calling
     thread when `chunks` is 0 (`attention_chunks`)."""
     rotated = kind == KV_Q8_0 or kind == KV_Q4_0   # rows hold H x (`kv_rows`): so do q, out
     if rotated:

@@ -29,7 +29,7 @@ from numba import types
 from numba.core import datamodel
 from numba.extending import intrinsic, register_model
 
-from .llvm_ir import (F32, I8, I16, I32, _F16C, _PMADDWD, _const, _fmuladd, _load, _pair_sums,
+from .llvm_ir import (F32, I16, I32, I8, _F16C, _PMADDWD, _const, _fmuladd, _fold_pairs, _load,
                       _pmaddwd, _ptr, _reduce_add, _shift_mask, _splat, _vec)
 
 
@@ -307,7 +307,7 @@ def make_pair(layout, name: str, offset: int = 0):
             sums = word_sums(context, builder, signature, args, x_ptr)       # <8 x i32>
         else:
             codes = codes_of(context, builder, signature, args)
-            sums = _pair_sums(builder, codes, _load(builder, x_ptr, codes.type.count, I16))
+            sums = _fold_pairs(builder, codes, _load(builder, x_ptr, codes.type.count, I16))
         s = context.cast(builder, args[3 + n_extra], signature.args[3 + n_extra],
                          types.float32)
         return _fmuladd(builder, builder.sitofp(sums, _vec(F32, 8)), _splat(builder, s, 8),

@@ -1,11 +1,11 @@
 """Per-row block kernels (numba): a weight row's dot with 16-bit activations, and a weight
-row dequantized to float32, for each block type in `common.BLOCKS`.
+row dequantized to float32, for each block type in `block_table.BLOCKS`.
 
 Row functions take the weight bytes `w` (flat uint8), the row's byte offset `o` and its
-block count `nb`. Activations come quantized by `common.quantize_activations`: codes
+block count `nb`. Activations come quantized by `block_table.quantize_activations`: codes
 `xq [T, n]` int16, scales `xd [T, n/32]` f32 and run sums `xs [T, n/32]` f32 (scale times
 code sum).
-A block's integer dot runs in `simd` (K-quant blocks' scales are decoded as vectors by
+A block's integer dot runs in `block_ir` (K-quant blocks' scales are decoded as vectors by
 `kquant_scales`); here only the per-block scale arithmetic remains:
 
   Q4_1/Q5_1  w = d q + m          -> xd d isum + m xs
@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import kquant_scales, simd
-from .common import Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, f16
+from ..vector import block_ir, kquant_scales
+from .block_table import Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, f16
 
 # Block bytes and the offsets of their fields (ggml-common.h; see apr_core.quant.kernels).
 F32 = np.float32
@@ -48,18 +48,18 @@ def _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8):
     bytes (low, high nibbles)."""
     p = ro + b * (Q4_K_BYTES if kind == 5 else Q5_K_BYTES)
     q_at = p + (16 if kind == 5 else 48)
-    d, dmin = simd.load_f16x2(w, p)
-    mins8 = simd.add8(mins8, kquant_scales.k4_scales8(w, p + 4, d, dmin, xd, xs,
-                                                      t * xd.shape[1] + b * 8, sc))
+    d, dmin = block_ir.load_f16x2(w, p)
+    mins8 = block_ir.add8(mins8, kquant_scales.k4_scales8(w, p + 4, d, dmin, xd, xs,
+                                                          t * xd.shape[1] + b * 8, sc))
     xb = xo + b * 256
     for i in range(4):
         for half in range(2):
             j = 2 * i + half
             if kind == 5:
-                acc = simd.acc_q4_k(w, q_at + 32 * i, 4 * half, xq, xb + 32 * j, sc[j], acc)
+                acc = block_ir.acc_q4_k(w, q_at + 32 * i, 4 * half, xq, xb + 32 * j, sc[j], acc)
             else:
-                acc = simd.acc_q5_k(w, q_at + 32 * i, 4 * half, p + 16, j, xq, xb + 32 * j,
-                                    sc[j], acc)
+                acc = block_ir.acc_q5_k(w, q_at + 32 * i, 4 * half, p + 16, j, xq, xb + 32 * j,
+                                        sc[j], acc)
     return acc, mins8
 
 
@@ -73,9 +73,9 @@ def _q6_run(w, ro, b, h, k, xq, t, xo, sc, acc):
     qh = p + 128 + 32 * h
     g = 8 * h + 2 * k
     e = b * 256 + 128 * h + 32 * k
-    acc = simd.acc_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, xq, xo + e, sc[g], acc)
-    return simd.acc_q6_k(w, ql + 16, 4 * (k >> 1), qh + 16, 2 * k, xq, xo + e + 16,
-                         sc[g + 1], acc)
+    acc = block_ir.acc_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, xq, xo + e, sc[g], acc)
+    return block_ir.acc_q6_k(w, ql + 16, 4 * (k >> 1), qh + 16, 2 * k, xq, xo + e + 16,
+                             sc[g + 1], acc)
 
 
 @njit(cache=True)
@@ -83,7 +83,7 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
     """Rows `r0..r1-1` of a weight (block type `kind`, bytes from `o`) . every token's
     quantized activations: `y[t, col + r - r0]` for `xq [T, in]`, `xd, xs [T, in/32]`.
 
-    Each block adds `xd d` times its integer products to one 8-lane vector (`simd.acc_*`)
+    Each block adds `xd d` times its integer products to one 8-lane vector (`block_ir.acc_*`)
     and its min term to a scalar; the vector is summed once per row. The loops over rows
     sit inside each type's branch: a call per row cost ~50 ns, a third of a 576-wide Q4_1
     row. Activations are addressed by flat offsets (`xo` + element) into the 2-D arrays,
@@ -96,46 +96,46 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
         for r in range(r0, r1):
             c = col + r - r0
             ro = o + r * row_bytes
-            acc = simd.zero8()
+            acc = block_ir.zero8()
             mins = F32(0.0)
             if kind == 0:                                      # Q4_0, 18 B
                 for b in range(nb):
                     p = ro + b * 18
-                    d = simd.load_f16x2(w, p)[0]
-                    acc = simd.acc_q4_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
+                    d = block_ir.load_f16x2(w, p)[0]
+                    acc = block_ir.acc_q4_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
             elif kind == 1:                                    # Q4_1, 20 B
                 for b in range(nb):
                     p = ro + b * 20
-                    d, m = simd.load_f16x2(w, p)
+                    d, m = block_ir.load_f16x2(w, p)
                     sd = xd[t, b]
-                    acc = simd.acc_q4_1(w, p + 4, xq, xo + b * 32, sd * d, acc)
+                    acc = block_ir.acc_q4_1(w, p + 4, xq, xo + b * 32, sd * d, acc)
                     mins += m * xs[t, b]
             elif kind == 2:                                    # Q5_0, 22 B
                 for b in range(nb):
                     p = ro + b * 22
-                    d = simd.load_f16x2(w, p)[0]
-                    acc = simd.acc_q5_0(w, p + 6, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
+                    d = block_ir.load_f16x2(w, p)[0]
+                    acc = block_ir.acc_q5_0(w, p + 6, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
             elif kind == 3:                                    # Q5_1, 24 B
                 for b in range(nb):
                     p = ro + b * 24
-                    d, m = simd.load_f16x2(w, p)
+                    d, m = block_ir.load_f16x2(w, p)
                     sd = xd[t, b]
-                    acc = simd.acc_q5_1(w, p + 8, p + 4, xq, xo + b * 32, sd * d, acc)
+                    acc = block_ir.acc_q5_1(w, p + 8, p + 4, xq, xo + b * 32, sd * d, acc)
                     mins += m * xs[t, b]
             elif kind == 4:                                    # Q8_0, 34 B
                 for b in range(nb):
                     p = ro + b * 34
-                    d = simd.load_f16x2(w, p)[0]
-                    acc = simd.acc_q8_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
+                    d = block_ir.load_f16x2(w, p)[0]
+                    acc = block_ir.acc_q8_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
             elif kind == 5 or kind == 6:                       # Q4_K 144 B, Q5_K 176 B
-                mins8 = simd.zero8()
+                mins8 = block_ir.zero8()
                 for b in range(nb):
                     acc, mins8 = _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8)
-                mins = -simd.hsum8(mins8)
+                mins = -block_ir.hsum8(mins8)
             else:                                              # Q6_K, 210 B
                 for b in range(nb):
                     p = ro + b * Q6_K_BYTES
-                    d = simd.load_f16x2(w, p + 206)[1]                 # scales[14:16], d
+                    d = block_ir.load_f16x2(w, p + 206)[1]                 # scales[14:16], d
                     kquant_scales.q6_scales16(w, p + 192, d, xd, t * xd.shape[1] + b * 8, sc)
                     # 32-element runs (h, k), two 16-element scale groups each
                     acc = _q6_run(w, ro, b, 0, 0, xq, t, xo, sc, acc)
@@ -146,7 +146,7 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
                     acc = _q6_run(w, ro, b, 1, 1, xq, t, xo, sc, acc)
                     acc = _q6_run(w, ro, b, 1, 2, xq, t, xo, sc, acc)
                     acc = _q6_run(w, ro, b, 1, 3, xq, t, xo, sc, acc)
-            y[t, c] = simd.hsum8(acc) + mins
+            y[t, c] = block_ir.hsum8(acc) + mins
 
 
 # --------------------------------------------------------------------------- dequantize
@@ -161,23 +161,23 @@ def dequantize_row(kind, w, o, nb, out):
     if kind == 0:
         for b in range(nb):
             p = o + b * 18
-            simd.deq_q4_0(w, p + 2, f16(w, p), zero, out, b * 32)
+            block_ir.deq_q4_0(w, p + 2, f16(w, p), zero, out, b * 32)
     elif kind == 1:
         for b in range(nb):
             p = o + b * 20
-            simd.deq_q4_1(w, p + 4, f16(w, p), f16(w, p + 2), out, b * 32)
+            block_ir.deq_q4_1(w, p + 4, f16(w, p), f16(w, p + 2), out, b * 32)
     elif kind == 2:
         for b in range(nb):
             p = o + b * 22
-            simd.deq_q5_0(w, p + 6, p + 2, f16(w, p), zero, out, b * 32)
+            block_ir.deq_q5_0(w, p + 6, p + 2, f16(w, p), zero, out, b * 32)
     elif kind == 3:
         for b in range(nb):
             p = o + b * 24
-            simd.deq_q5_1(w, p + 8, p + 4, f16(w, p), f16(w, p + 2), out, b * 32)
+            block_ir.deq_q5_1(w, p + 8, p + 4, f16(w, p), f16(w, p + 2), out, b * 32)
     elif kind == 4:
         for b in range(nb):
             p = o + b * 34
-            simd.deq_q8_0(w, p + 2, f16(w, p), zero, out, b * 32)
+            block_ir.deq_q8_0(w, p + 2, f16(w, p), zero, out, b * 32)
     elif kind == 5 or kind == 6:
         size = Q4_K_BYTES if kind == 5 else Q5_K_BYTES
         qs = 16 if kind == 5 else 48
@@ -189,9 +189,9 @@ def dequantize_row(kind, w, o, nb, out):
                 q_at, shift = p + qs + 32 * (j >> 1), 4 * (j & 1)
                 dl, ml = d * F32(sc), dmin * F32(mn)
                 if kind == 5:
-                    simd.deq_q4_k(w, q_at, shift, dl, -ml, out, b * 256 + 32 * j)
+                    block_ir.deq_q4_k(w, q_at, shift, dl, -ml, out, b * 256 + 32 * j)
                 else:
-                    simd.deq_q5_k(w, q_at, shift, p + 16, j, dl, -ml, out, b * 256 + 32 * j)
+                    block_ir.deq_q5_k(w, q_at, shift, p + 16, j, dl, -ml, out, b * 256 + 32 * j)
     elif kind == 7:
         for b in range(nb):
             p = o + b * Q6_K_BYTES
@@ -201,7 +201,7 @@ def dequantize_row(kind, w, o, nb, out):
                 ql = p + 64 * h + 32 * (k & 1) + 16 * half
                 qh = p + 128 + 32 * h + 16 * half
                 dl = d * F32(np.int8(w[p + 192 + g]))
-                simd.deq_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, dl, zero, out, b * 256 + 16 * g)
+                block_ir.deq_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, dl, zero, out, b * 256 + 16 * g)
 
 
 # --------------------------------------------------------------------------- many tokens

@@ -1,11 +1,11 @@
-"""Vector IR for the multi-token dots (`cpu_rows`): a weight block's codes unpacked once
+"""Vector IR for the multi-token dots (`token_rows`): a weight block's codes unpacked once
 into a register value, then dotted with the int16 activations of a group of tokens
 whose running sums stay in registers, two tokens per 16-lane vector.
 
     codes = codes_q5_0(w, qs_off, qh_off)              # <32 x i16>, minus the offset
     accs = acc_pairs(codes, xp, xo, xdt, so, d, 1.0, accs)   # tuple of f32x16, 2 tokens each
 
-For each token `acc_pairs` computes exactly what `simd.acc_*` computes for that block:
+For each token `acc_pairs` computes exactly what `block_ir.acc_*` computes for that block:
 the same integer pair sums folded to 8 lanes (lane j holds the pair sums j and j + 8 of
 a 32-element block, pair j of a 16-element one; integers, so how they are added cannot
 change them), converted to float32 and accumulated with one `llvm.fmuladd` by the same
@@ -14,11 +14,11 @@ one-token kernel, in the same order, and comes out bit-identical whatever the nu
 tokens. The min terms (`acc_mins`, `axpy_slots`) are the one-token kernel's fmul then
 fadd, per token.
 
-Why: with the token loop outside the block loop (`cpu_blocks.dot_rows`) every token
+Why: with the token loop outside the block loop (`block_rows.dot_rows`) every token
 unpacked every block again (for a 5-bit block more vector work than its dot). Here a
 pair of tokens costs one zmm pmaddwd and one vpdpwssd (AVX-512 VNNI folds the second
 pmaddwd and the add; the activations come laid out so that no shuffle is needed,
-`cpu_rows.pair_layout`), a conversion, a scale permute and an FMA: one thread, ns per
+`token_rows.pair_layout`), a conversion, a scale permute and an FMA: one thread, ns per
 32 weights, Q5_0: 1 token 1.10 (`dot_rows`), 2 tokens 1.63, 16 tokens 6.1 (`dot_rows`:
 17.0). Hosts without AVX-512 get the generic IR of the same sums.
 """
@@ -29,9 +29,10 @@ from numba import types
 from numba.core import cgutils, datamodel
 from numba.extending import intrinsic, register_model
 
-from . import simd
-from .llvm_ir import (F32, I16, I32, _PMADDWD, _const, _fmuladd, _host_has, _load, _pmaddwd,
-                      _ptr, _vec)
+from . import block_ir
+from .lanes16 import f32x16
+from .llvm_ir import (F32, I16, I32, _PMADDWD, _const, _fold_pairs, _fmuladd, _host_has,
+                      _load, _ptr, _vec)
 
 
 class I16xN(types.Type):
@@ -53,21 +54,21 @@ class _I16xNModel(datamodel.models.PrimitiveModel):
 
 def _make_codes(layout, name: str, offset: int, count: int):
     """An intrinsic `(w, *layout offsets) -> <count x i16>` codes minus `offset`: the
-    word form of `simd.WORD_LAYOUTS` where the dots use it, else the byte layout
+    word form of `block_ir.WORD_LAYOUTS` where the dots use it, else the byte layout
     sign-extended (the same integers either way)."""
-    kinds = simd.LAYOUT_ARGS[layout]
+    kinds = block_ir.LAYOUT_ARGS[layout]
     result = I16xN(count)
 
     def codegen(context, builder, signature, args):
         w_ptr = _ptr(context, builder, signature.args[0], args[0], ir.Constant(I32, 0))
-        extra = simd._lower_args(builder, kinds, args[1:1 + len(kinds)])
-        if _PMADDWD is not None and layout in simd.WORD_LAYOUTS:
-            lo, hi = simd.WORD_LAYOUTS[layout](builder, w_ptr, extra)
+        extra = block_ir._lower_args(builder, kinds, args[1:1 + len(kinds)])
+        if _PMADDWD is not None and layout in block_ir.WORD_LAYOUTS:
+            lo, hi = block_ir.WORD_LAYOUTS[layout](builder, w_ptr, extra)
             codes = builder.shuffle_vector(lo, hi, _const(I32, range(32)))
             if offset:
                 codes = builder.sub(codes, _const(I16, [offset] * 32))
             return codes
-        build = simd._minus(offset, layout) if offset else layout
+        build = block_ir._minus(offset, layout) if offset else layout
         return builder.sext(build(builder, w_ptr, extra), _vec(I16, count))
 
     if len(kinds) == 1:
@@ -83,31 +84,14 @@ def _make_codes(layout, name: str, offset: int, count: int):
     return intrinsic(typer)
 
 
-codes_q4_0 = _make_codes(simd.nib16, "q4_0", 8, 32)
-codes_q4_1 = _make_codes(simd.nib16, "q4_1", 0, 32)
-codes_q5_0 = _make_codes(simd.nib16_qh, "q5_0", 16, 32)
-codes_q5_1 = _make_codes(simd.nib16_qh, "q5_1", 0, 32)
-codes_q8_0 = _make_codes(simd.i8x32, "q8_0", 0, 32)
-codes_q4_k = _make_codes(simd.nib32, "q4_k", 0, 32)
-codes_q5_k = _make_codes(simd.nib32_hb, "q5_k", 0, 32)
-codes_q6_k = _make_codes(simd.q6_16, "q6_k", 0, 16)
-
-
-class F32x16(types.Type):
-    """numba type of the running sums of two tokens (an LLVM `<16 x float>`: lanes 0-7
-    the first token's 8-lane sum, 8-15 the second's)."""
-
-    def __init__(self) -> None:
-        super().__init__(name="f32x16")
-
-
-f32x16 = F32x16()
-
-
-@register_model(F32x16)
-class _F32x16Model(datamodel.models.PrimitiveModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, _vec(F32, 16))
+codes_q4_0 = _make_codes(block_ir.nib16, "q4_0", 8, 32)
+codes_q4_1 = _make_codes(block_ir.nib16, "q4_1", 0, 32)
+codes_q5_0 = _make_codes(block_ir.nib16_qh, "q5_0", 16, 32)
+codes_q5_1 = _make_codes(block_ir.nib16_qh, "q5_1", 0, 32)
+codes_q8_0 = _make_codes(block_ir.i8x32, "q8_0", 0, 32)
+codes_q4_k = _make_codes(block_ir.nib32, "q4_k", 0, 32)
+codes_q5_k = _make_codes(block_ir.nib32_hb, "q5_k", 0, 32)
+codes_q6_k = _make_codes(block_ir.q6_16, "q6_k", 0, 16)
 
 
 # zmm pmaddwd where the host has AVX-512 BW (numba compiles for the host)
@@ -120,33 +104,10 @@ def _call(builder, name, ret, args):
     return builder.call(fn, args)
 
 
-def _sums8(builder, codes, x):
-    """One token: `<n x i16>` codes times `<n x i16>` activations -> `<8 x i32>`, lane j
-    the pair sums j (+ j + 8 for 32 elements), as `llvm_ir._pair_sums` folds them."""
-    n = codes.type.count
-    if _PMADDWD is not None:
-        total = None
-        for i in range(0, n, 16):
-            pick = _const(I32, range(i, i + 16))
-            part = _pmaddwd(builder, builder.shuffle_vector(codes, codes, pick),
-                            builder.shuffle_vector(x, x, pick))
-            total = part if total is None else builder.add(total, part)
-        return total
-    wide = _vec(I32, n)
-    prod = builder.mul(builder.sext(codes, wide), builder.sext(x, wide))
-    s = builder.add(builder.shuffle_vector(prod, prod, _const(I32, range(0, n, 2))),
-                    builder.shuffle_vector(prod, prod, _const(I32, range(1, n, 2))))
-    while s.type.count > 8:
-        half = s.type.count // 2
-        s = builder.add(builder.shuffle_vector(s, s, _const(I32, range(half))),
-                        builder.shuffle_vector(s, s, _const(I32, range(half, 2 * half))))
-    return s
-
-
-def _pair_sums(builder, codes, x0, x1):
-    """Two tokens a, b: `<16 x i32>`, lanes 0-7 a's `_sums8`, 8-15 b's, from the pair
-    layout (`x0` = [a 0:16 | b 0:16], `x1` = [a 16:32 | b 16:32]; `x1` None for 16-element
-    codes). With AVX-512 a zmm pmaddwd of the codes' halves doubled against each: the
+def _two_token_sums(builder, codes, x0, x1):
+    """Two tokens a, b: `<16 x i32>`, lanes 0-7 a's `llvm_ir._fold_pairs`, 8-15 b's, from
+    the pair layout (`x0` = [a 0:16 | b 0:16], `x1` = [a 16:32 | b 16:32]; `x1` None for
+    16-element codes). With AVX-512 a zmm pmaddwd of the codes' halves doubled against each: the
     lanes come out where they belong, no shuffle of activations (and LLVM folds the
     add of the second into vpdpwssd where the CPU has VNNI)."""
     n = codes.type.count
@@ -165,7 +126,7 @@ def _pair_sums(builder, codes, x0, x1):
         if n == 32:
             x = builder.shuffle_vector(x, builder.shuffle_vector(x1, x1, pick),
                                        _const(I32, range(32)))
-        halves.append(_sums8(builder, codes, x))
+        halves.append(_fold_pairs(builder, codes, x))
     return builder.shuffle_vector(halves[0], halves[1], _const(I32, range(16)))
 
 
@@ -174,7 +135,7 @@ def acc_pairs(typingctx, codes, xp, xo, sarr, so, d1, d2, accs):
     """One block's (or run's) codes . the activations of a group of token pairs, into
     their running sums `accs` (a tuple of `f32x16`, two tokens each) -> the new tuple.
 
-    Pair k's activations are `xp.flat[xo + 64 k:]` in the pair layout (`cpu_rows.
+    Pair k's activations are `xp.flat[xo + 64 k:]` in the pair layout (`token_rows.
     pair_layout`: 16 of token a, 16 of token b, then their next 16 for 32-element codes),
     token g's scale is `(sarr.flat[so + g] * d1) * d2` (d2 = 1.0 folds away), and its
     lanes get exactly the one-token kernel's `fmuladd(float32(sums8), scale, acc)`."""
@@ -195,7 +156,7 @@ def acc_pairs(typingctx, codes, xp, xo, sarr, so, d1, d2, accs):
             xa = _load(builder, builder.gep(x0, [ir.Constant(I32, 64 * k)]), 32, I16)
             xb = _load(builder, builder.gep(x0, [ir.Constant(I32, 64 * k + 32)]), 32, I16) \
                 if n == 32 else None
-            sums = _pair_sums(builder, codes, xa, xb)                       # <16 x i32>
+            sums = _two_token_sums(builder, codes, xa, xb)                  # <16 x i32>
             scale = builder.shuffle_vector(s, s, _const(I32, [2 * k] * 8 + [2 * k + 1] * 8))
             acc = _fmuladd(builder, builder.sitofp(sums, _vec(F32, 16)), scale,
                            builder.extract_value(accs, k))
@@ -265,7 +226,7 @@ def zero16(typingctx):
 
 @intrinsic
 def pair_hsums(typingctx, accs, k):
-    """The two tokens' sums of pair `k` of `accs`, each reduced as `simd.hsum8` does."""
+    """The two tokens' sums of pair `k` of `accs`, each reduced as `block_ir.hsum8` does."""
     def codegen(context, builder, signature, args):
         accs, k = args
         slot = cgutils.alloca_once(builder, accs.type)     # in the entry block: once

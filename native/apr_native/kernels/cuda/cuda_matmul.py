@@ -1,4 +1,4 @@
-"""numba CUDA kernels: quantized matvec/matmul for the block types of `common.BLOCKS`,
+"""numba CUDA kernels: quantized matvec/matmul for the block types of `block_table.BLOCKS`,
 and attention over the KV cache (the registry kinds "matmul" and "attention").
 
 A warp computes one matmul output `y[t, r]`: its 32 lanes take every 32nd block of row r
@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda, float32
 
 from . import cuda_threads
-from .common import BLOCKS
+from ..blocks.block_table import BLOCKS
 
 SUPPORTED = tuple(BLOCKS)
 THREADS = 64                                   # attention: threads per CUDA block

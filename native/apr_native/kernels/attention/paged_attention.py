@@ -8,7 +8,7 @@ stored type); a contiguous one-sequence cache is `table = [0]`, `block = capacit
 Work is cut into items, each one (KV head, row tile, key range):
 - a row tile is up to R_TILE consecutive query rows of one sequence (one block table);
   with every query head of the KV head's GQA group it makes M = rows x group query
-  vectors, which share each decoded K/V block (`attn_tiles`: a key block of KB keys is
+  vectors, which share each decoded K/V block (`attention_tiles`: a key block of KB keys is
   decoded to float32 once, then multiplies all M vectors);
 - keys are walked in blocks of KB with an online softmax (running max and sum per query
   vector), so memory does not grow with the square of the context, and each row sees
@@ -30,9 +30,9 @@ import math
 import numpy as np
 from numba import carray, njit
 
-from .atomics import f32_at, i32_at, i64_at, u8_at
-from .attn_tiles import (mask_block, scores_2v, scores_packed, softmax_block, values_2v,
-                         values_packed)
+from ..vector.atomics import f32_at, i32_at, i64_at, u8_at
+from .attention_tiles import (mask_block, scores_2v, scores_packed, softmax_block, values_2v,
+                              values_packed)
 from .kv_rows import decode_row
 
 F32 = np.float32
@@ -112,7 +112,7 @@ def plan(q_pos, tables, n_kv, n_keys, window, want):
 def packing(mp, m_real, hd):
     """r, the features of one query vector side by side in a tile's lanes: with MP == 16
     lanes and at most 4 (8) query vectors, lanes (m, x) = m r + x hold feature x mod 4 (2)
-    of vector m, so a decode row of a small GQA group fills the lanes (`attn_tiles`)."""
+    of vector m, so a decode row of a small GQA group fills the lanes (`attention_tiles`)."""
     if mp != 16:
         return 1
     if m_real <= 4 and hd % 32 == 0:

@@ -1,4 +1,4 @@
-"""LLVM IR building blocks for the numba intrinsics of `simd` and `kquant_scales`: vector
+"""LLVM IR building blocks for the numba intrinsics of `block_ir` and `kquant_scales`: vector
 types and constants, unaligned loads, lane-wise shift-and-mask, FMA, x86 `pmaddwd` pair
 sums and the host-CPU feature probes that choose between them.
 """
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .. import isa
+from ... import isa
 
 I8, I16, I32, F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 
@@ -58,12 +58,13 @@ def _pmaddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return builder.call(fn, [a, b])
 
 
-def _pair_sums(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value) -> ir.Value:
-    """`<n x i8>` codes times `<n x i16>` activations folded to `<8 x i32>`: adjacent
-    pairs first (x86 `pmaddwd` where the CPU has it), then halves."""
+def _fold_pairs(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value) -> ir.Value:
+    """`<n x i8>` or `<n x i16>` codes times `<n x i16>` activations folded to
+    `<8 x i32>`: adjacent pairs first (x86 `pmaddwd` where the CPU has it), then halves,
+    so lane j holds the pair sums j, j + 8, ... (integers: exact in any order)."""
     n = codes.type.count
     if _PMADDWD is not None and n % 16 == 0:
-        c16 = builder.sext(codes, _vec(I16, n))
+        c16 = codes if codes.type.element == I16 else builder.sext(codes, _vec(I16, n))
         parts = []
         for i in range(0, n, 16):
             pick = _const(I32, range(i, i + 16))

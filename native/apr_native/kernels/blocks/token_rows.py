@@ -1,10 +1,10 @@
 """Multi-token integer dots (numba): weight rows . the int16 activations of T tokens,
-each block unpacked once and dotted with every token (`simd_rows`).
+each block unpacked once and dotted with every token (`pair_ir`).
 
     xp, xdt, xst = pair_layout(xq, xd, xs)
     dot_token_rows(kind, w, o, r0, r1, nb, row_bytes, xp, xdt, xst, y, col)
 
-has the meaning of `cpu_blocks.dot_rows` and gives every token the bits `dot_rows` gives
+has the meaning of `block_rows.dot_rows` and gives every token the bits `dot_rows` gives
 it when that token is alone: per token, the same integer block sums, the same float32
 scale products (`xd d`; the K-quants' `(d sc) xd`, `(xd d) sc`, `(dmin m) xs` as
 `kquant_scales` forms them), accumulated by the same `fmuladd` into the same 8 lanes in
@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import kquant_scales, simd, simd_rows as sr
-from .common import Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QBLOCK
+from ..vector import block_ir, kquant_scales, pair_ir
+from .block_table import Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QBLOCK
 
 F32 = np.float32
 ONE = np.float32(1.0)
@@ -75,7 +75,7 @@ def _k4_block(kind, w, ro, b, xp, xdt, xst, s0, m8, kp, accs):
     the group (scale `(d sc_j) xd`)."""
     p = ro + b * (Q4_K_BYTES if kind == 5 else Q5_K_BYTES)
     q_at = p + (16 if kind == 5 else 48)
-    d, dmin = simd.load_f16x2(w, p)
+    d, dmin = block_ir.load_f16x2(w, p)
     kquant_scales.k4_products(w, p + 4, d, dmin, kp)
     slots = xdt.shape[1]
     pairs = slots // 2
@@ -83,22 +83,22 @@ def _k4_block(kind, w, ro, b, xp, xdt, xst, s0, m8, kp, accs):
         for half in range(2):
             j = 2 * i + half
             q = b * 8 + j
-            sr.axpy_slots(m8, j * GROUP, kp[8 + j], xst, q * slots + s0, accs)
+            pair_ir.axpy_slots(m8, j * GROUP, kp[8 + j], xst, q * slots + s0, accs)
             if kind == 5:
-                codes = sr.codes_q4_k(w, q_at + 32 * i, 4 * half)
+                codes = pair_ir.codes_q4_k(w, q_at + 32 * i, 4 * half)
             else:
-                codes = sr.codes_q5_k(w, q_at + 32 * i, 4 * half, p + 16, j)
-            accs = sr.acc_pairs(codes, xp, (q * pairs + s0 // 2) * 64, xdt, q * slots + s0,
-                                kp[j], ONE, accs)
+                codes = pair_ir.codes_q5_k(w, q_at + 32 * i, 4 * half, p + 16, j)
+            accs = pair_ir.acc_pairs(codes, xp, (q * pairs + s0 // 2) * 64, xdt, q * slots + s0,
+                                     kp[j], ONE, accs)
     return accs
 
 
 @njit(inline="always", cache=True)
 def _q6_block(w, ro, b, xp, xdt, s0, accs):
     """Block `b` of a Q6_K row at byte `ro` for the group at slot `s0`: each 16-element
-    group g unpacked once, scale `(xd d) sc_g`, in `cpu_blocks._q6_run`'s order."""
+    group g unpacked once, scale `(xd d) sc_g`, in `block_rows._q6_run`'s order."""
     p = ro + b * Q6_K_BYTES
-    d = simd.load_f16x2(w, p + 206)[1]                              # scales[14:16], d
+    d = block_ir.load_f16x2(w, p + 206)[1]                              # scales[14:16], d
     slots = xdt.shape[1]
     pairs = slots // 2
     for h in range(2):
@@ -108,10 +108,10 @@ def _q6_block(w, ro, b, xp, xdt, s0, accs):
             gs = 8 * h + 2 * k
             q = b * 8 + 4 * h + k
             for part in range(2):
-                codes = sr.codes_q6_k(w, ql + 16 * part, 4 * (k >> 1), qh + 16 * part, 2 * k)
+                codes = pair_ir.codes_q6_k(w, ql + 16 * part, 4 * (k >> 1), qh + 16 * part, 2 * k)
                 sc = F32(np.int8(w[p + 192 + gs + part]))
-                accs = sr.acc_pairs(codes, xp, (q * pairs + s0 // 2) * 64 + 32 * part, xdt,
-                                    q * slots + s0, d, sc, accs)
+                accs = pair_ir.acc_pairs(codes, xp, (q * pairs + s0 // 2) * 64 + 32 * part, xdt,
+                                         q * slots + s0, d, sc, accs)
     return accs
 
 
@@ -128,47 +128,50 @@ def _group_rows(kind, w, o, r0, r1, nb, row_bytes, xp, xdt, xst, y, col, t0, cou
         c = col + r - r0
         ro = o + r * row_bytes
         accs = zeros
-        mv = sr.zero16()                                   # legacy min terms [width]
+        mv = pair_ir.zero16()                                   # legacy min terms [width]
         if kind == 0:                                      # Q4_0, 18 B
             for b in range(nb):
                 p = ro + b * 18
-                d = simd.load_f16x2(w, p)[0]
-                accs = sr.acc_pairs(sr.codes_q4_0(w, p + 2), xp, (b * pairs + t0 // 2) * 64,
-                                    xdt, b * slots + t0, d, ONE, accs)
+                d = block_ir.load_f16x2(w, p)[0]
+                accs = pair_ir.acc_pairs(pair_ir.codes_q4_0(w, p + 2), xp,
+                                         (b * pairs + t0 // 2) * 64, xdt, b * slots + t0, d, ONE,
+                                         accs)
         elif kind == 1:                                    # Q4_1, 20 B
             for b in range(nb):
                 p = ro + b * 20
-                d, m = simd.load_f16x2(w, p)
-                accs = sr.acc_pairs(sr.codes_q4_1(w, p + 4), xp, (b * pairs + t0 // 2) * 64,
-                                    xdt, b * slots + t0, d, ONE, accs)
-                mv = sr.acc_mins(mv, m, xst, b * slots + t0, accs)
+                d, m = block_ir.load_f16x2(w, p)
+                accs = pair_ir.acc_pairs(pair_ir.codes_q4_1(w, p + 4), xp,
+                                         (b * pairs + t0 // 2) * 64, xdt, b * slots + t0, d, ONE,
+                                         accs)
+                mv = pair_ir.acc_mins(mv, m, xst, b * slots + t0, accs)
         elif kind == 2:                                    # Q5_0, 22 B
             for b in range(nb):
                 p = ro + b * 22
-                d = simd.load_f16x2(w, p)[0]
-                accs = sr.acc_pairs(sr.codes_q5_0(w, p + 6, p + 2), xp,
-                                    (b * pairs + t0 // 2) * 64, xdt, b * slots + t0, d, ONE,
-                                    accs)
+                d = block_ir.load_f16x2(w, p)[0]
+                accs = pair_ir.acc_pairs(pair_ir.codes_q5_0(w, p + 6, p + 2), xp,
+                                         (b * pairs + t0 // 2) * 64, xdt, b * slots + t0, d, ONE,
+                                         accs)
         elif kind == 3:                                    # Q5_1, 24 B
             for b in range(nb):
                 p = ro + b * 24
-                d, m = simd.load_f16x2(w, p)
-                accs = sr.acc_pairs(sr.codes_q5_1(w, p + 8, p + 4), xp,
-                                    (b * pairs + t0 // 2) * 64, xdt, b * slots + t0, d, ONE,
-                                    accs)
-                mv = sr.acc_mins(mv, m, xst, b * slots + t0, accs)
+                d, m = block_ir.load_f16x2(w, p)
+                accs = pair_ir.acc_pairs(pair_ir.codes_q5_1(w, p + 8, p + 4), xp,
+                                         (b * pairs + t0 // 2) * 64, xdt, b * slots + t0, d, ONE,
+                                         accs)
+                mv = pair_ir.acc_mins(mv, m, xst, b * slots + t0, accs)
         elif kind == 4:                                    # Q8_0, 34 B
             for b in range(nb):
                 p = ro + b * 34
-                d = simd.load_f16x2(w, p)[0]
-                accs = sr.acc_pairs(sr.codes_q8_0(w, p + 2), xp, (b * pairs + t0 // 2) * 64,
-                                    xdt, b * slots + t0, d, ONE, accs)
+                d = block_ir.load_f16x2(w, p)[0]
+                accs = pair_ir.acc_pairs(pair_ir.codes_q8_0(w, p + 2), xp,
+                                         (b * pairs + t0 // 2) * 64, xdt, b * slots + t0, d, ONE,
+                                         accs)
         elif kind == 5 or kind == 6:                       # Q4_K 144 B, Q5_K 176 B
             for i in range(8 * GROUP):
                 m8[i] = 0.0
             for b in range(nb):
                 accs = _k4_block(kind, w, ro, b, xp, xdt, xst, t0, m8, kp, accs)
-            for g in range(width):              # simd.hsum8's order, negated
+            for g in range(width):              # block_ir.hsum8's order, negated
                 mins[g] = -(((m8[g] + m8[4 * GROUP + g]) + (m8[2 * GROUP + g]
                                                             + m8[6 * GROUP + g]))
                             + ((m8[GROUP + g] + m8[5 * GROUP + g])
@@ -178,12 +181,12 @@ def _group_rows(kind, w, o, r0, r1, nb, row_bytes, xp, xdt, xst, y, col, t0, cou
                 accs = _q6_block(w, ro, b, xp, xdt, t0, accs)
         if kind == 1 or kind == 3:
             for g in range(width):
-                mins[g] = sr.lane(mv, g)
+                mins[g] = pair_ir.lane(mv, g)
         elif kind != 5 and kind != 6:
             for g in range(width):
                 mins[g] = 0.0
         for k in range((count + 1) // 2):
-            a, b = sr.pair_hsums(accs, k)
+            a, b = pair_ir.pair_hsums(accs, k)
             y[t0 + 2 * k, c] = a + mins[2 * k]
             if 2 * k + 1 < count:
                 y[t0 + 2 * k + 1, c] = b + mins[2 * k + 1]
@@ -193,12 +196,12 @@ def _group_rows(kind, w, o, r0, r1, nb, row_bytes, xp, xdt, xst, y, col, t0, cou
 def dot_token_rows(kind, w, o, r0, r1, nb, row_bytes, xp, xdt, xst, y, col):
     """Rows `r0..r1-1` of a weight (block type `kind`, bytes from `o`) . the tokens of
     `y [T, out]` in the pair layout (`pair_layout`) -> `y[t, col + r - r0]`,
-    bit-identical per token to `cpu_blocks.dot_rows`."""
+    bit-identical per token to `block_rows.dot_rows`."""
     tokens, slots = y.shape[0], xdt.shape[1]
     mins = np.empty(GROUP, np.float32)              # [group] min terms
     m8 = np.empty(8 * GROUP, np.float32)            # [8, group] K-quant min lanes
     kp = np.empty(16, np.float32)                   # a K-quant block's scale products
-    z = sr.zero16()
+    z = pair_ir.zero16()
     for t0 in range(0, tokens, GROUP):
         count = min(GROUP, tokens - t0)
         if slots - t0 >= 16:

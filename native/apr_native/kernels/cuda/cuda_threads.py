@@ -46,7 +46,7 @@ def k4(w, o, j):
 
 def row_dot(kind, w, o, nb, x, t, first, step):
     """Blocks `first, first + step, ... < nb` of the weight row at byte `o` (blocks of
-    `common.BLOCKS` kind `kind`) . the same elements of `x[t]`, float32: one lane's part
+    `block_table.BLOCKS` kind `kind`) . the same elements of `x[t]`, float32: one lane's part
     of a row that a warp of `step` lanes shares."""
     acc = float32(0.0)
     if kind <= 3:                                          # Q4_0 Q4_1 Q5_0 Q5_1
