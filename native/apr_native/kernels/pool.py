@@ -350,11 +350,26 @@ def _signal_stop(ctl):
 
 _pool: Optional[Pool] = None
 _lock = threading.Lock()
+_bound = threading.local()      # .pool: a pool bound to this thread (an engine's own)
+
+
+def bind(pool: Optional[Pool]) -> Optional[Pool]:
+    """Make `get()` answer `pool` on the calling thread (None: the process's pool again)
+    and return the pool bound before: an engine with a thread count of its own
+    (`apr_native.numba_kernels`) binds its pool around each kernel call."""
+    previous = getattr(_bound, "pool", None)
+    _bound.pool = pool
+    return previous
 
 
 def get() -> Pool:
-    """The process's pool, started on first use with numba's thread count - 1 workers."""
+    """The pool bound to this thread (`bind`), else the process's pool, started on first
+    use with numba's thread count - 1 workers."""
     global _pool
+    mine = getattr(_bound, "pool", None)
+    if mine is not None:
+        mine.wait_started()
+        return mine
     if _pool is None:
         with _lock:
             if _pool is None:
