@@ -21,6 +21,7 @@ summation order.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -99,10 +100,11 @@ class WeightTable(NamedTuple):
     nbytes: int               # their weight bytes in all
 
 
-# tuple of Linear ids -> (the Linears, their WeightTable or None when one is not a
-# quantized weight kept in memory); the Linears are held so their ids (and the
-# addresses in the table) stay theirs.
-_tables: Dict[Tuple[int, ...], Any] = {}
+# tuple of Linear ids -> (their WeightTable or None when one is not a quantized weight
+# kept in memory,). The Linears are not held: each entry goes when any of its Linears is
+# collected (a finalizer), before its id can name another object, so an unloaded model's
+# projections and their views of the mmap'd file are freed with it.
+_tables: Dict[Tuple[int, ...], Tuple[Optional[WeightTable]]] = {}
 
 
 def weight_table(linears: Sequence[Any]) -> Optional[WeightTable]:
@@ -116,8 +118,10 @@ def weight_table(linears: Sequence[Any]) -> Optional[WeightTable]:
             table = np.array([_row(l) for l in linears], np.int64)
             found = WeightTable(table, int(table[:, 2].sum()),
                                 int((table[:, 2] * table[:, 4]).sum()))
-        entry = _tables[key] = (list(linears), found)
-    return entry[1]
+        entry = _tables[key] = (found,)
+        for linear in linears:
+            weakref.finalize(linear, _tables.pop, key, None)
+    return entry[0]
 
 
 def numba_matmul_group(linears: Sequence[Any], x: np.ndarray) -> List[np.ndarray]:

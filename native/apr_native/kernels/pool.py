@@ -1,22 +1,7 @@
 """The numba CPU thread pool: worker threads that wait spinning, and work handed out in
 chunks that whichever thread is free takes, the calling thread included.
 
-Why not numba's OpenMP regions: decode runs ~120 matvecs per token of 5-50 us each.
-Passive OpenMP workers take ~50-100 us to wake, so small matvecs ran serially and two
-threads barely beat one; spinning OpenMP workers wait at the region's end for every
-thread, so on a busy machine a descheduled worker stalled every matvec (measured: 1 tok/s
-with two busy neighbours). Here:
-
-- Workers (jitted `worker_loop`, GIL released, one Python thread each) spin on the
-  generation counter for `SPIN` hint-paused reads after their last chunk, then yield the
-  core for `PATIENCE` more reads, then poll every `SLEEP_US`: between the matvecs of a
-  token they are awake, while idle they cost nothing.
-- The caller posts a task (its descriptor holds addresses and sizes), then claims chunks
-  itself like any worker. A chunk is claimed by compare-and-swap on one word holding the
-  generation and the next chunk index, so a worker still on an older task can never claim
-  a chunk of a newer one, and a finished task's word is closed (index at its maximum)
-  before the caller writes the next descriptor. The caller waits only for chunks a worker
-  has claimed and not finished: a descheduled or sleeping worker's chunks are taken.
+Why not numba's OpenMP regions, and how workers wait and claim chunks: kernels/README.md.
 
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
 (`block_rows.dot_rows` for one token, `token_rows.dot_token_rows` for several; one weight,

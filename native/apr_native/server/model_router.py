@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ApiError
-from .model_memory import forget_weight_tables, release_memory
+from .model_memory import release_memory
 
 UNLOADED, LOADING, LOADED, UNLOADING, FAILED = \
     "unloaded", "loading", "loaded", "unloading", "failed"
@@ -214,7 +214,6 @@ class ModelRouter:
         the weights' mmap closes and the heap is trimmed)."""
         engine, entry.stopping = entry.stopping, None
         await asyncio.to_thread(engine.stop)
-        forget_weight_tables(engine)
         alive = weakref.ref(engine)
         del engine
         await asyncio.to_thread(release_memory)
