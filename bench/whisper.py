@@ -44,7 +44,9 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "native"), os.path.join(ROOT, "tests")]
+
+from speech_util import word_error_rate  # noqa: E402  (the tests' own measure)
 
 # About 40 s at espeak-ng's default 175 words per minute: two 30 s windows.
 SCRIPT = ("The history of the printing press begins in the fifteenth century. Before it, "
@@ -58,21 +60,6 @@ SCRIPT = ("The history of the printing press begins in the fifteenth century. Be
           "let them reach everyone.")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-def words(text: str) -> list:
-    return "".join(c if c.isalnum() or c.isspace() else " " for c in text.lower()).split()
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Levenshtein distance over words / reference words."""
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1] / max(1, len(ref))
 
 
 def make_clip(folder: str) -> str:

@@ -59,5 +59,17 @@ def words(text):
     return "".join(c.lower() if c.isalnum() or c.isspace() else " " for c in text).split()
 
 
+def word_error_rate(reference, hypothesis):
+    """Levenshtein distance over words / reference words."""
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1] / max(1, len(ref))
+
+
 __all__ = ["espeak", "espeak_wav", "whisper_apr", "faster_whisper_model", "words",
+           "word_error_rate",
            "UTTERANCES", "LONG_TEXT", "np"]

@@ -19,23 +19,13 @@ from apr_core.formats.ggml_whisper import read_tensor, read_whisper_ggml
 from apr_core.formats.open import open_model
 from apr_core.quant import dequantize
 from requires import needs
-from speech_util import LONG_TEXT, espeak, faster_whisper_model, whisper_apr, words
+from speech_util import (LONG_TEXT, espeak, faster_whisper_model, whisper_apr,
+                         word_error_rate, words)
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 KINDS = {"f16": ("F16", 1), "q8_0": ("Q8_0", 7), "q5_0": ("Q5_0", 8)}
 # Measured: 3 of 112 words differ on LONG_TEXT (f16, q8_0 and q5_0 alike).
 MAX_WER = 0.06
-
-
-def word_error_rate(reference, hypothesis):
-    """Levenshtein distance over words / reference words."""
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1] / max(1, len(ref))
 
 
 @pytest.fixture(scope="module")
