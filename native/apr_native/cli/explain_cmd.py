@@ -69,6 +69,11 @@ ERROR_HELP = {
     "E015": ("Offline mode (APR_OFFLINE=1 or HF_HUB_OFFLINE=1) and the reference is not cached.",
              ["The model was never pulled", "It was removed with `apr rm`"],
              ["Run `apr pull REF` while online", "Unset APR_OFFLINE / HF_HUB_OFFLINE"]),
+    "E016": ("A saved session or slot was made for another model, KV cache type or context.",
+             ["The session file belongs to another model file (its sha256 differs)",
+              "`--kv-type` or `--ctx` differs from the run that saved it"],
+             ["Resume with the model file, `--kv-type` and `--ctx` that saved it",
+              "Start a new session file"]),
 }
 
 # Role of a tensor by its name, GGUF and HF/Whisper spellings; the first match applies.
