@@ -57,8 +57,13 @@ for _dtype in dtypes.ALL:
 def matmul_group(linears: Sequence["Linear"], x: np.ndarray) -> List[np.ndarray]:
     """`[l.matmul(x) for l in linears]` for projections sharing one input (Q/K/V,
     gate/up), through the registry's kind "matmul_group": a backend may run them as one
-    kernel call (one activation quantization, one parallel region)."""
-    return linears[0].kernels.lookup("matmul_group", "*")(linears, x)
+    kernel call (one activation quantization, one parallel region). A LoRA-adapted
+    projection (`model.lora.AdaptedLinear`) joins the group with its base weight, its
+    low-rank terms added after."""
+    bases = [getattr(lin, "base", lin) for lin in linears]
+    ys = bases[0].kernels.lookup("matmul_group", "*")(bases, x)
+    return [y if lin is base else lin.add_low_rank(x, y)
+            for lin, base, y in zip(linears, bases, ys)]
 
 
 def numpy_matmul_group(linears: Sequence["Linear"], x: np.ndarray) -> List[np.ndarray]:
