@@ -27,6 +27,10 @@ fi
 # `apr export --format whisper.cpp` writes: the oracle of that exporter and a bench peer.
 .venv/bin/pip install $PIP_QUIET "pywhispercpp==1.5.1"
 
+# peft (the LoRA library transformers users train adapters with) makes and runs the
+# adapters apr's --lora is checked against (tests/model/test_lora_peft.py).
+.venv/bin/pip install $PIP_QUIET "peft==0.21.2"
+
 # llama.cpp (via llama-cpp-python) is the oracle for ggml quantization: building it takes
 # 15-30 minutes on 2 cores, so the wheel is cached and reused.
 source scripts/llama_build.sh
