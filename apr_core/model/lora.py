@@ -46,6 +46,7 @@ class LoraSet:
     def __init__(self, paths: Sequence[str], scales: Sequence[float]) -> None:
         self.paths = list(paths)
         self.scales = [float(s) for s in scales]
+        self.startup = tuple(self.scales)     # the scales it was loaded with
 
     def set_scales(self, scales: Sequence[float]) -> None:
         if len(scales) != len(self.paths):

@@ -19,7 +19,7 @@ import copy
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Generator, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import AprError, ErrorCode
 from ..model import kv_types
@@ -54,6 +54,9 @@ class EngineOptions:
     # CPU kernel threads of this engine's own (numba: a pool of that size); None: the
     # process's (APR_THREADS, else every core)
     threads: Optional[int] = None
+    # LoRA adapters applied at run time: (PEFT directory or GGUF LoRA path, scale) each
+    # (`--lora FILE[:SCALE]`); `transformer.lora.set_scales` changes the scales later
+    lora: Tuple[Tuple[str, float], ...] = ()
 
 
 def _one_request(prompt_ids: Sequence[int], sampler: Optional[SamplerConfig], max_tokens: int,
@@ -81,6 +84,11 @@ def _shaped(model: TextModel, options: EngineOptions) -> TextModel:
         apply_context(transformer, options.context)
     if options.context is None or options.context.kv_type is None:
         transformer.kv_type = kv_types.get(DEFAULT_KV_TYPE, transformer.config.head_dim).name
+    if options.lora:
+        from ..formats.lora import read_adapter
+        from ..model.lora import apply_adapters
+        transformer = apply_adapters(transformer, [(read_adapter(path), scale)
+                                                   for path, scale in options.lora])
     shaped = copy.copy(model)
     shaped.transformer = transformer
     if options.chat_template and model.tokenizer is not None:

@@ -31,11 +31,13 @@ TOP = 20
 MIN_CLEAR_STEPS = STEPS // 2       # measured: 21 of 32 on SmolLM2
 
 
-def llama_cpp_logits(path, ids, continuation):
+def llama_cpp_logits(path, ids, continuation, **options):
     """llama.cpp's next-token logits after `ids` and after each token of `continuation`
-    (`len(continuation)` rows, float32 `[n_vocab]`)."""
+    (`len(continuation)` rows, float32 `[n_vocab]`); `options` go to `Llama` (e.g.
+    `lora_path`)."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    llm = llama_cpp.Llama(path, n_ctx=512, logits_all=False, verbose=False, n_threads=2)
+    llm = llama_cpp.Llama(path, n_ctx=512, logits_all=False, verbose=False, n_threads=2,
+                          **options)
     rows = []
     llm.eval(ids)
     for token in continuation:

@@ -16,6 +16,7 @@ from ..engine import Engine, EngineOptions, load_engine
 from . import chat_session
 from . import chat_template_arg
 from . import context_args
+from . import lora_args
 from . import prompting
 from . import sampler_args
 from . import speculate_args
@@ -34,7 +35,8 @@ def load(args: argparse.Namespace, quick_start: bool = False,
     numba's load waits for the first decode step (`backends.select`)."""
     engine = load_engine(args.model if model is None else model, EngineOptions(
         backend=args.backend, dequantize=args.dequantize,
-        chat_template=chat_template_arg.option(args), context=context_args.options(args)),
+        chat_template=chat_template_arg.option(args), context=context_args.options(args),
+        lora=lora_args.specs(args)),
         quick_start=quick_start and not getattr(args, "draft", None))
     chat_template_arg.check_run(args, engine.model)     # run/chat: a broken template, once
     context_args.report_kv(args, engine)
@@ -163,6 +165,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_runtime_arguments(p)
     speculate_args.add_arguments(p)
     context_args.add_arguments(p)
+    lora_args.add_argument(p)
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser) -> None:

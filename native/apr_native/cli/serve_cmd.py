@@ -29,6 +29,7 @@ from .. import backends
 from ..engine import DEFAULT_KV_MEMORY, EngineOptions
 from . import chat_template_arg
 from . import context_args
+from . import lora_args
 from . import speculate_args
 from .common import parse_size, resolve_model
 from . import serve_models
@@ -200,8 +201,10 @@ def serving_engine(args: argparse.Namespace, name: str, model_id: str, log: Any,
     chat_template_arg.check_before_serving(path, template)
     options = EngineOptions(backend=args.backend, dequantize=args.dequantize,
                             max_batch=args.max_batch, kv_memory=parse_size(args.kv_memory),
-                            prefix_cache=not args.no_prefix_cache, chat_template=template,
-                            context=context_args.options(args))
+                            # a cached prefix's K/V depend on the request's LoRA scales
+                            prefix_cache=not args.no_prefix_cache and not lora_args.specs(args),
+                            chat_template=template, context=context_args.options(args),
+                            lora=lora_args.specs(args))
     # built on the engine thread once the model is loaded (a draft model loads there too)
     speculative = (lambda engine: speculate_args.config(args, engine)) \
         if args.speculate or args.draft else None
@@ -290,4 +293,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     chat_template_arg.add_argument(p)
     speculate_args.add_arguments(p, verbose=False)
     context_args.add_arguments(p)
+    lora_args.add_argument(p, "load a LoRA adapter (PEFT directory or GGUF LoRA) at SCALE "
+                           "(default 1.0; repeatable); a request's \"lora\": [{\"id\": N, "
+                           "\"scale\": S}] picks among them (unlisted ones: 0), as "
+                           "llama-server's; GET /lora-adapters lists them. Turns the prefix "
+                           "cache off")
     p.set_defaults(func=run_serve)

@@ -29,6 +29,7 @@ from starlette.routing import Route
 from . import schemas, service, work
 from .choices import RequestTracker
 from .engine import ServingEngine
+from .lora_select import adapters_info, request_scales
 from .errors import ApiError
 from .metrics import Metrics
 from .openai_format import Completion, embedding_list
@@ -102,13 +103,16 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         return engine.sampling_defaults.values if engine.sampling_defaults else {}
 
     async def generate(request: Request, kind: str, req: Any,
-                       prepare: Callable[[Any], list], param: str, id_slot: int = 0) -> Any:
+                       prepare: Callable[[Any], list], param: str, id_slot: int = 0,
+                       body: Optional[dict] = None) -> Any:
         check_model(req.model)
         started = time.perf_counter()
         model = engine.model
+        adapters = getattr(model.transformer, "lora", None)
+        lora = request_scales(body or {}, adapters.paths if adapters is not None else ())
         generation = await asyncio.to_thread(work.generation, model, prepare, req.params,
                                              req.output, param)
-        job = engine.submit(generation)
+        job = engine.submit(generation, lora)
         completion = Completion(kind, engine.model_id, model.tokenizer.token_bytes,
                                 engine.backend)
         tracker = RequestTracker(req.params.n, req.output, req.params.logprobs is not None)
@@ -125,13 +129,13 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         req = schemas.chat_request(body, settings.max_tokens, defaults())
         return await generate(request, "chat", req,
                               lambda m: work.chat_ids(m, req.messages, req.output), "messages",
-                              slots.slot_of(body) if slots is not None else 0)
+                              slots.slot_of(body) if slots is not None else 0, body)
 
     async def completions(request: Request) -> Any:
         body = await read_json(request, settings.max_body)
         req = schemas.completion_request(body, settings.max_tokens, defaults())
         return await generate(request, "text", req, lambda m: work.prompt_ids(m, req.prompt),
-                              "prompt", slots.slot_of(body) if slots is not None else 0)
+                              "prompt", slots.slot_of(body) if slots is not None else 0, body)
 
     async def embeddings(request: Request) -> Any:
         req = schemas.embedding_request(await read_json(request, settings.max_body))
@@ -151,6 +155,10 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
                              "model": engine.model_id, "total_slots": engine.options.max_batch,
                              "backend": engine.backend})
 
+    async def lora_adapters(request: Request) -> Any:
+        """llama-server's GET /lora-adapters: `[{id, path, scale}]` loaded at start."""
+        return JSONResponse(adapters_info(engine.model.transformer))
+
     async def audio(request: Request) -> Any:
         raise not_a_speech_model(engine.model_id)     # Whisper models: speech_app.py
 
@@ -159,6 +167,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings = ServerSettings(
         Route("/v1/completions", endpoint(completions), methods=["POST"]),
         Route("/v1/embeddings", endpoint(embeddings), methods=["POST"]),
         Route("/props", endpoint(props), methods=["GET"]),
+        Route("/lora-adapters", endpoint(lora_adapters), methods=["GET"]),
         *(Route(path, endpoint(audio, needs_model=False), methods=["POST"])
           for path in AUDIO_ROUTES),
         *slot_routes(slots, lambda r: read_json(r, settings.max_body), endpoint),

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Deque, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from apr_core.errors import AprError
 from apr_core.runtime.batching.request import ErrorEvent, FinishEvent, GenerationRequest
@@ -53,6 +53,7 @@ class Job:
         self.events: "asyncio.Queue[Any]" = asyncio.Queue()
         self.created = time.perf_counter()
         self.state: Any = None          # the scheduler's RequestState (engine thread)
+        self.lora: Any = None           # LoRA scales it asks for (lora_select), None: startup
         self.cancelled = False
         self._finished = 0
 
@@ -137,6 +138,9 @@ class ServingEngine:
         self._pending = 0
         self._progress: Deque[Tuple[float, int]] = deque()   # engine thread only
         self._snapshot: Optional[EngineStats] = None         # replaced whole, under _wake
+        # submissions waiting for the running ones to finish: they need other LoRA scales
+        # than the batch decodes with (engine thread only)
+        self._held: List[Message] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -194,8 +198,9 @@ class ServingEngine:
 
     # ------------------------------------------------------------------ requests
 
-    def submit(self, request: GenerationRequest) -> Job:
-        """Queue `request`; 503 while loading (or if loading failed), 429 when full."""
+    def submit(self, request: GenerationRequest, lora: Any = None) -> Job:
+        """Queue `request` (with the LoRA scales `lora`, see lora_select; None: the
+        startup scales); 503 while loading (or if loading failed), 429 when full."""
         if not self.ready:
             raise ApiError(503, self.load_error or "model is still loading",
                            code="model_not_ready", headers={"Retry-After": "1"})
@@ -204,6 +209,7 @@ class ServingEngine:
             raise ApiError(429, "the request queue is full; retry later",
                            code="queue_full", headers={"Retry-After": "1"})
         job = Job(self, request, asyncio.get_running_loop())
+        job.lora = lora
         self._post(Submit(job), pending=1)
         return job
 
@@ -246,11 +252,15 @@ class ServingEngine:
         scheduler = self.engine.scheduler
         while True:
             with self._wake:
-                while not self._inbox and not self._stopping and not scheduler.has_work():
+                while not self._inbox and not self._stopping and not scheduler.has_work() \
+                        and not self._held:
                     self._wake.wait(IDLE_WAIT_S)
                 messages = list(self._inbox)
                 self._inbox.clear()
                 stopping = self._stopping
+            if self._held and not scheduler.has_work():
+                messages = self._held + messages     # other LoRA scales: their turn now
+                self._held = []
             for message in messages:
                 self._handle(scheduler, message)
             # the submissions taken leave `_pending` as they enter the snapshot
@@ -295,6 +305,9 @@ class ServingEngine:
             job = message.job
             if job.cancelled:
                 return
+            if not self._lora_ready(scheduler, job):
+                self._held.append(message)
+                return
             request = job.request
             if request.speculative is None and self.speculative is not None:
                 request = replace(request, speculative=self.speculative)
@@ -315,7 +328,24 @@ class ServingEngine:
         else:
             raise TypeError("not an engine message: {!r}".format(message))
 
+    def _lora_ready(self, scheduler: Any, job: Job) -> bool:
+        """Whether `job` may join the scheduler now: the adapters' scales are its own (set
+        here when nothing runs, or nothing else waits for other scales)."""
+        lora = getattr(self.engine.transformer, "lora", None)
+        if lora is None:
+            return True
+        wanted = lora.startup if job.lora is None else tuple(job.lora)
+        if tuple(lora.scales) == wanted:
+            return not self._held or not scheduler.has_work()
+        if scheduler.has_work():
+            return False
+        lora.set_scales(wanted)
+        return True
+
     def _shut_down(self, scheduler: Any) -> None:
+        for message in self._held:
+            if isinstance(message, Submit):
+                message.job.emit(ErrorEvent(ApiError(503, "server is shutting down")))
         for seq in list(scheduler.running) + list(scheduler.waiting):
             state = seq.state
             if not state.done:
