@@ -4,7 +4,9 @@
 (`whisper_net.WhisperNet`, float32 weights), the byte-level BPE tokenizer, the special
 token ids and settings (`whisper_generation` metadata) and the mel filter bank. Stored
 weights of any dtype are dequantized to float32 once, at load; a CTranslate2 int8 weight
-comes with per-row scales (`<name>.weight_scale`) and is restored as `q / scale`.
+comes with per-row scales (`<name>.weight_scale`) and is restored as `q / scale`. With
+`kernels` (a backend's `registry.Kernels`), block-quantized projections stay at their
+stored size instead and run on those kernels (`projections`).
 """
 from __future__ import annotations
 
@@ -13,9 +15,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..errors import AprError, ErrorCode
+from .projections import SCALE_SUFFIX, covered, projections
 from .whisper_net import WhisperConfig, WhisperNet
-
-SCALE_SUFFIX = "_scale"
 
 
 class WhisperModel:
@@ -23,9 +24,10 @@ class WhisperModel:
 
     def __init__(self, config: WhisperConfig, weights: Dict[str, np.ndarray],
                  generation: Dict[str, Any], tokenizer: Any,
-                 metadata: Optional[Dict[str, Any]] = None) -> None:
+                 metadata: Optional[Dict[str, Any]] = None,
+                 linears: Optional[Dict[str, Any]] = None) -> None:
         self.config = config
-        self.net = WhisperNet(config, weights)
+        self.net = WhisperNet(config, weights, linears=linears)
         self.generation = generation
         self.tokenizer = tokenizer
         self.metadata = metadata or {}
@@ -64,10 +66,11 @@ class WhisperModel:
         return sequence
 
 
-def _weights(model_file: Any) -> Dict[str, np.ndarray]:
-    """name -> float32 array for every tensor (int8 rows rescaled by their `_scale`)."""
+def _weights(model_file: Any, skip: Any = ()) -> Dict[str, np.ndarray]:
+    """name -> float32 array for every tensor but `skip` (int8 rows rescaled by their
+    `_scale`)."""
     from ..quant import dequantize
-    raw = {name: model_file.read_raw(name) for name in model_file.tensors}
+    raw = {name: model_file.read_raw(name) for name in model_file.tensors if name not in skip}
     out: Dict[str, np.ndarray] = {}
     for name, tensor in raw.items():
         if name.endswith(SCALE_SUFFIX):
@@ -84,9 +87,11 @@ def _weights(model_file: Any) -> Dict[str, np.ndarray]:
     return out
 
 
-def load_whisper(path_or_byte_source: Any, verify: bool = True) -> WhisperModel:
+def load_whisper(path_or_byte_source: Any, verify: bool = True,
+                 kernels: Optional[Any] = None) -> WhisperModel:
     """A Whisper model from an APR file (path, bytes or ByteSource); E009 when the file is
-    not a Whisper model."""
+    not a Whisper model. `kernels`: block-quantized projections run on them over their
+    stored bytes (see the module docstring); None: every weight float32."""
     from ..formats.open import open_model
     from ..text.load import tokenizer_from_json
     from .names import required_names
@@ -107,10 +112,11 @@ def load_whisper(path_or_byte_source: Any, verify: bool = True) -> WhisperModel:
         if missing:
             raise AprError(ErrorCode.VALIDATION, "Whisper model lacks tensors",
                            missing=missing[:5], count=len(missing))
-        weights = _weights(model_file)
+        linears = projections(model_file, kernels) if kernels is not None else {}
+        weights = _weights(model_file, covered(linears))
         tokenizer = tokenizer_from_json(meta["hf_tokenizer"])
         return WhisperModel(config, weights, dict(meta.get("whisper_generation") or {}),
-                            tokenizer, meta)
+                            tokenizer, meta, linears)
     finally:
         model_file.close()
 

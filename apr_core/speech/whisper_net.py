@@ -13,6 +13,10 @@ two convolutions (as im2col + one product) -- goes through `self.matmul` (numpy'
 default), the seam where a backend plugs in a faster kernel (the browser's SIMD kernel).
 Each decoder step runs inside `self.decoder_scope()` (nothing by default): natively it
 keeps BLAS on one thread for the step's tiny products (`apr_native.speech_native`).
+A projection found in `linears` (name without ".weight" -> an object with `matmul(x [N,
+in]) -> [N, out]` bias included, `rows(ids)` and `shape`: apr_core.model.weights.Linear,
+see `projections`) runs there instead, over its stored bytes on a backend's kernels; the
+token embedding's Linear serves both the lookup and the logits.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 import numpy as np
 
 LN_EPS = 1e-5
+EMBEDDING = "decoder.token_embedding"
 # Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, below float32 resolution of GELU's range):
 # numpy has no erf, and the exact-erf GELU is what Whisper uses.
 _AS_P = 0.3275911
@@ -125,9 +130,11 @@ class WhisperNet:
 
     def __init__(self, config: WhisperConfig, weights: Dict[str, np.ndarray],
                  matmul: Optional[Callable[[np.ndarray, np.ndarray], np.ndarray]] = None,
-                 decoder_scope: Optional[Callable[[], Any]] = None) -> None:
+                 decoder_scope: Optional[Callable[[], Any]] = None,
+                 linears: Optional[Dict[str, Any]] = None) -> None:
         self.config = config
         self.w = weights
+        self.linears: Dict[str, Any] = dict(linears or {})
         self.matmul = matmul or _matmul
         self.decoder_scope = decoder_scope or contextlib.nullcontext
         self._flat: Dict[str, np.ndarray] = {}   # conv weights as [C_out, C_in * 3] (kept:
@@ -135,6 +142,10 @@ class WhisperNet:
 
     def linear(self, x: np.ndarray, name: str) -> np.ndarray:
         """x [..., in] @ W[out, in]^T + b -> [..., out]."""
+        held = self.linears.get(name)
+        if held is not None:
+            flat = x.reshape(-1, x.shape[-1])                           # [N, in]
+            return held.matmul(flat).reshape(x.shape[:-1] + (held.shape[0],))
         y = self.matmul(x, self.w[name + ".weight"])
         bias = self.w.get(name + ".bias")
         return y + bias if bias is not None else y
@@ -189,14 +200,21 @@ class WhisperNet:
     def logits(self, hidden: np.ndarray) -> np.ndarray:
         """[..., d] -> [..., n_vocab] (tied output projection)."""
         with self.decoder_scope():
-            return self.matmul(hidden, self.w["decoder.token_embedding.weight"])
+            return self.linear(hidden, EMBEDDING)                       # no bias: tied
+
+    def _embed(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens [B, n] -> their embedding rows [B, n, d] (only those rows decoded)."""
+        held = self.linears.get(EMBEDDING)
+        if held is None:
+            return self.w[EMBEDDING + ".weight"][tokens]
+        return held.rows(tokens.reshape(-1)).reshape(tokens.shape + (held.shape[1],))
 
     def _decode(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         b, n = tokens.shape
         start = state.length
         if start + n > self.config.n_text_ctx:
             raise ValueError("decoder context exceeded")
-        x = self.w["decoder.token_embedding.weight"][tokens] + \
+        x = self._embed(tokens) + \
             self.w["decoder.positional_embedding"][start:start + n]    # [B, n, d]
         heads = self.config.n_text_head
         # [n, start + n] causal mask for the new tokens over cache + themselves

@@ -1,29 +1,42 @@
-"""Whisper natively: `load_whisper` plus what makes it fast on a CPU with a threaded BLAS.
+"""Whisper natively: `load_whisper` on the engine's kernels, plus what makes it fast on a
+CPU with a threaded BLAS.
 
-    model = load_native_whisper("whisper-base.apr")
+    model = load_native_whisper("whisper-base.apr")                  # best backend
+    model = load_native_whisper(path, backend="numba", threads=2)
     result = transcribe(model, samples)
 
 Every native entry point (`apr run --input`, the server's /v1/audio/transcriptions,
 bench/whisper.py) loads through here, so all of them run at the same speed. The network
-is apr_core's numpy one, unchanged (the browser runs the same code); only its decoder
-steps run inside `blas_threads.limited(1)`: their products are 1..5 rows, where a second
-OpenBLAS thread costs 40x more in waiting than it saves (see blas_threads). The encoder's
-large products keep every BLAS thread.
+is apr_core's numpy one, unchanged (the browser runs the same code). Its block-quantized
+projections (a file from `apr convert --quantize Q8_0 | Q5_0 | ...`), the logits product
+over the stored token embedding included, stay at their stored size and run on the
+kernels `backends.select` picks, as a text model's do (`apr_core.speech.projections`);
+F16 / F32 weights are float32 BLAS products (no backend has a block kernel for them).
+Decoder steps run inside `blas_threads.limited(1)`: their BLAS products (attention, F16
+weights) are 1..5 rows, where a second OpenBLAS thread costs 40x more in waiting than it
+saves (see blas_threads). The encoder's large products keep every BLAS thread.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Optional
 
 from . import blas_threads
 
 DECODER_BLAS_THREADS = 1
 
 
-def load_native_whisper(path_or_source: Any, verify: bool = True) -> Any:
-    """A `WhisperModel` set up for native speed (see the module docstring)."""
+def load_native_whisper(path_or_source: Any, verify: bool = True,
+                        backend: Optional[str] = None, threads: Optional[int] = None) -> Any:
+    """A `WhisperModel` set up for native speed (see the module docstring). `backend`,
+    `threads`: as `backends.select` takes them (None: $APR_BACKEND or the fastest, on
+    the process's threads)."""
     from apr_core.speech.model import load_whisper
-    model = load_whisper(path_or_source, verify=verify)
+
+    from . import backends
+    kernels = backends.select(backend, threads=threads)
+    model = load_whisper(path_or_source, verify=verify, kernels=kernels)
+    model.kernels = kernels
     model.net.decoder_scope = functools.partial(blas_threads.limited, DECODER_BLAS_THREADS)
     return model
 
