@@ -299,3 +299,70 @@ def test_merged_export_over_quantized_base(case, tmp_path):
     # against an adapter effect of more than 0.05
     assert delta <= 5e-3
     assert float(np.abs(expected - Transformer.from_path(base).forward(PROMPT)).max()) > 0.05
+
+
+def test_peft_on_gpt2_fused_qkv_conv1d(tmp_path):
+    """GPT-2: one fused c_attn (qkv) projection stored [in, out] (Conv1D): peft's LoRA on
+    c_attn, c_proj and c_fc gives transformers + peft's logits."""
+    config = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                     n_positions=64, bos_token_id=1, eos_token_id=2)
+    base = build(config, tmp_path / "base")
+    wrapped = make_adapter(base, tmp_path / "adapter", 2,
+                           target_modules=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True)
+    adapted = apply_adapters(Transformer.from_path(str(tmp_path / "base")),
+                             [(read_adapter(str(tmp_path / "adapter")), 1.0)])
+    assert "qkv" in [role for role, lin in adapted.blocks[0].linears.items()
+                     if type(lin).__name__ == "AdaptedLinear"]
+    delta = float(np.abs(adapted.forward(PROMPT) - logits(wrapped, PROMPT)).max())
+    print("gpt2: max |delta| vs peft = {:.3g}".format(delta))
+    assert delta <= TOL
+
+
+def test_non_projection_targets_and_bad_gguf_loras(case, tmp_path):
+    """A LoRA on the LM head or the embedding is refused (E009), as are GGUF files that are
+    not LoRAs, lack their alpha, or are cut short."""
+    gguf = pytest.importorskip("gguf")
+    base = Transformer.from_path(str(case["root"] / "base"))
+    config = {"peft_type": "LORA", "r": 4, "lora_alpha": 8}
+    head = {"base_model.model.lm_head.lora_A.weight": np.ones((4, 64), np.float32),
+            "base_model.model.lm_head.lora_B.weight": np.ones((256, 4), np.float32)}
+    _write_adapter(str(tmp_path / "head"), config, head)
+    with pytest.raises(AprError) as err:
+        apply_adapters(base, [(read_adapter(str(tmp_path / "head")), 1.0)])
+    assert err.value.code == ErrorCode.UNSUPPORTED
+    embed = {"base_model.model.model.embed_tokens.lora_embedding_A": np.ones((4, 256),
+                                                                              np.float32)}
+    _write_adapter(str(tmp_path / "embed"), config, embed)
+    with pytest.raises(AprError) as err:
+        read_adapter(str(tmp_path / "embed"))
+    assert err.value.code == ErrorCode.UNSUPPORTED
+
+    def gguf_file(name, kv, tensors):
+        path = str(tmp_path / name)
+        writer = gguf.GGUFWriter(path, "llama")
+        for key, value in kv.items():
+            (writer.add_float32 if isinstance(value, float) else writer.add_string)(key, value)
+        for tensor, value in tensors.items():
+            writer.add_tensor(tensor, value)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path
+    halves = {"blk.0.attn_q.weight.lora_a": np.ones((4, 64), np.float32),
+              "blk.0.attn_q.weight.lora_b": np.ones((64, 4), np.float32)}
+    lora_kv = {"general.type": "adapter", "adapter.type": "lora"}
+    for name, kv, code in (("model.gguf", {}, ErrorCode.FORMAT),
+                           ("no_alpha.gguf", lora_kv, ErrorCode.NOT_FOUND)):
+        with pytest.raises(AprError) as err:
+            read_adapter(gguf_file(name, kv, halves))
+        assert err.value.code == code, name
+    good = gguf_file("good.gguf", dict(lora_kv, **{"adapter.lora.alpha": 8.0}), halves)
+    assert read_adapter(good).pairs[0].scaling == 2.0
+    with open(good, "rb") as handle:
+        data = handle.read()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:len(data) - 100])
+    with pytest.raises(AprError) as err:
+        read_adapter(str(cut))
+    assert err.value.code in (ErrorCode.CORRUPT, ErrorCode.FORMAT)
