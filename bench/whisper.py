@@ -6,7 +6,8 @@ faster) on one > 30 s espeak-ng clip, at the same thread count.
   same CTranslate2 directory, numpy's BLAS limited to `--threads`;
 * apr (chromium): the speech page (web/speech.html, Pyodide 0.17 + numpy, no BLAS) on the
   same samples, timed inside the worker (decoding by WebAudio is not counted);
-* apr Q8_0 (native): the same on the file `apr convert --quantize Q8_0` makes of it;
+* apr Q8_0 (native): the same on the file `apr convert --quantize Q8_0` makes of it, its
+  projections on the block kernels `backends.select` picks (`apr_native.speech_native`);
 * faster-whisper int8 / float32: `WhisperModel(dir, compute_type=..., cpu_threads=threads)`;
 * whisper.cpp f16 / Q8_0 (PyPI `pywhispercpp`, its manylinux wheel): on the files `apr export
   --format whisper.cpp` writes of those two APR files -- the same weights -- with
@@ -68,13 +69,13 @@ def make_clip(folder: str) -> str:
     return path
 
 
-def apr_peers(paths: dict) -> dict:
-    """apr natively on each APR file of {label: path}."""
+def apr_peers(paths: dict, threads: int) -> dict:
+    """apr natively on each APR file of {label: path}, its kernels on `threads` threads."""
     from apr_core.speech.transcribe import transcribe
     from apr_native.speech_native import load_native_whisper
     peers = {}
     for label, path in paths.items():
-        model = load_native_whisper(path)
+        model = load_native_whisper(path, threads=threads)
         peers["apr {} (native)".format(label)] = \
             lambda s, model=model: transcribe(model, s, beam_size=1)["text"]
     return peers
@@ -95,7 +96,7 @@ def whisper_cpp_peers(paths: dict, threads: int) -> dict:
 def native_peers(model_dir: str, apr_paths: dict, ggml_paths: dict, threads: int) -> dict:
     """name -> function(samples) -> text."""
     from faster_whisper import WhisperModel
-    peers = apr_peers(apr_paths)
+    peers = apr_peers(apr_paths, threads)
     for compute in ("int8", "float32"):
         model = WhisperModel(model_dir, device="cpu", compute_type=compute,
                              cpu_threads=threads)

@@ -12,7 +12,12 @@ one matrix product. Every product with a weight -- the linear layers, the logits
 two convolutions (as im2col + one product) -- goes through `self.matmul` (numpy's `@` by
 default), the seam where a backend plugs in a faster kernel (the browser's SIMD kernel).
 Each decoder step runs inside `self.decoder_scope()` (nothing by default): natively it
-keeps BLAS on one thread for the step's tiny products (`apr_native.speech_native`).
+keeps BLAS on one thread for the step's tiny products (`apr_native.speech_native`); the
+encoder inside `self.encoder_scope()`. The encoder's work on 1500 frames -- products,
+GELU, attention heads -- is cut into `self.parts` row blocks / heads mapped by `self.map`
+(builtin `map`, one part, by default; natively a thread pool with BLAS on one thread each:
+coarse blocks keep two cores busy where BLAS's own fine-grained threads wait on a loaded
+machine).
 A projection found in `linears` (name without ".weight" -> an object with `matmul(x [N,
 in]) -> [N, out]` bias included, `rows(ids)` and `shape`: apr_core.model.weights.Linear,
 see `projections`) runs there instead, over its stored bytes on a backend's kernels; the
@@ -26,6 +31,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 import numpy as np
 
 LN_EPS = 1e-5
+# Query rows per block of attention scores, and the fewest rows `WhisperNet.by_rows` splits.
+SCORE_ROWS = 256
 EMBEDDING = "decoder.token_embedding"
 # Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, below float32 resolution of GELU's range):
 # numpy has no erf, and the exact-erf GELU is what Whisper uses.
@@ -82,12 +89,42 @@ def _merge(x: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-              mask: Optional[np.ndarray] = None) -> np.ndarray:
+              mask: Optional[np.ndarray] = None, map_fn: Callable = map) -> np.ndarray:
     """[..., H, Tq, dh] x [..., H, Tk, dh] -> [..., H, Tq, dh] (scaled dot product).
 
     The softmax runs in place on the scores and its normalisation is applied to the
-    [.., Tq, dh] product instead of the [.., Tq, Tk] weights (the encoder's scores are
-    8 x 1500 x 1500: every pass over them counts)."""
+    [.., Tq, dh] product instead of the [.., Tq, Tk] weights. From `SCORE_ROWS` query rows
+    (the encoder's 1500) each head runs on its own (`map_fn` over heads: threads natively)
+    in blocks of `SCORE_ROWS` rows, so a block's scores stay in cache through the
+    softmax's passes instead of the whole 8 x 1500 x 1500 going to memory on each."""
+    if q.shape[-2] < SCORE_ROWS:
+        return _attention_batched(q, k, v, mask)
+    n_q, dh = q.shape[-2:]
+    scale = np.float32(1.0 / np.sqrt(dh))
+    qf = q.reshape(-1, n_q, dh)                                 # [N, Tq, dh]
+    kf = np.ascontiguousarray(k).reshape(-1, k.shape[-2], dh)   # [N, Tk, dh]
+    vf = np.ascontiguousarray(v).reshape(-1, v.shape[-2], dh)   # [N, Tk, dh]
+    out = np.empty(qf.shape, np.float32)                        # [N, Tq, dh]
+
+    def head(h: int) -> None:
+        keys = kf[h].T                                          # [dh, Tk]
+        for a in range(0, n_q, SCORE_ROWS):
+            b = min(n_q, a + SCORE_ROWS)
+            scores = np.dot(qf[h, a:b] * scale, keys)          # [rows, Tk]
+            if mask is not None:
+                scores += mask[a:b]
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            np.dot(scores, vf[h], out=out[h, a:b])              # [rows, dh]
+            out[h, a:b] /= scores.sum(axis=-1, keepdims=True)
+    for _ in map_fn(head, range(qf.shape[0])):
+        pass
+    return out.reshape(q.shape)
+
+
+def _attention_batched(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                       mask: Optional[np.ndarray]) -> np.ndarray:
+    """`attention` for few query rows (decoder steps) in one stacked product."""
     scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
     scores = np.matmul(q * scale, np.swapaxes(k, -1, -2))       # [..., H, Tq, Tk]
     if mask is not None:
@@ -137,6 +174,9 @@ class WhisperNet:
         self.linears: Dict[str, Any] = dict(linears or {})
         self.matmul = matmul or _matmul
         self.decoder_scope = decoder_scope or contextlib.nullcontext
+        self.encoder_scope: Callable[[], Any] = contextlib.nullcontext
+        self.map: Callable = map
+        self.parts = 1
         self._flat: Dict[str, np.ndarray] = {}   # conv weights as [C_out, C_in * 3] (kept:
         # a kernel that caches weights by identity must see the same array every call)
 
@@ -163,33 +203,50 @@ class WhisperNet:
         columns = np.stack([padded[k:k + stride * (t_out - 1) + 1:stride]
                             for k in range(taps)], axis=-1)            # [T_out, C_in, 3]
         columns = columns.reshape(t_out, -1)                            # [T_out, C_in * 3]
-        return self.matmul(columns, flat) + self.w[name + ".bias"]
+        return self.by_rows(lambda c: self.matmul(c, flat), columns) + self.w[name + ".bias"]
+
+    def by_rows(self, fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+        """fn(x [T, ...]) -> [T, ...], in `self.parts` row blocks through `self.map`."""
+        if self.parts <= 1 or x.shape[0] < 2 * SCORE_ROWS:
+            return fn(x)
+        edges = [x.shape[0] * i // self.parts for i in range(self.parts + 1)]
+        return np.concatenate(list(self.map(fn, [x[a:b] for a, b in zip(edges, edges[1:])])))
+
+    def _wide(self, x: np.ndarray, name: str) -> np.ndarray:
+        """`linear` over many rows (a window's frames), in row blocks (`by_rows`)."""
+        return self.by_rows(lambda rows: self.linear(rows, name), x)
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
         """[n_mels, 3000] log-mel -> [n_audio_ctx, n_audio_state] encoder output."""
+        with self.encoder_scope():
+            return self._encode(mel)
+
+    def _encode(self, mel: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(mel.T, dtype=np.float32)                   # [3000, n_mels]
-        x = gelu(self._conv(x, "encoder.conv1", 1))                         # [3000, d]
-        x = gelu(self._conv(x, "encoder.conv2", 2))                         # [1500, d]
+        x = self.by_rows(gelu, self._conv(x, "encoder.conv1", 1))           # [3000, d]
+        x = self.by_rows(gelu, self._conv(x, "encoder.conv2", 2))           # [1500, d]
         x = x + self.w["encoder.positional_embedding"]                      # [1500, d]
         heads = self.config.n_audio_head
         for i in range(self.config.n_audio_layer):
             p = "encoder.blocks.{}.".format(i)
             h = layer_norm(x, self.w[p + "attn_ln.weight"], self.w[p + "attn_ln.bias"])
-            q, k, v = np.split(self.linear(h, p + "attn.qkv"), 3, axis=-1)  # 3 x [T, d]
-            a = attention(_heads(q, heads), _heads(k, heads), _heads(v, heads))
-            x = x + self.linear(_merge(a), p + "attn.out")
+            q, k, v = np.split(self._wide(h, p + "attn.qkv"), 3, axis=-1)  # 3 x [T, d]
+            a = attention(_heads(q, heads), _heads(k, heads), _heads(v, heads),
+                          map_fn=self.map)
+            x = x + self._wide(_merge(a), p + "attn.out")
             h = layer_norm(x, self.w[p + "mlp_ln.weight"], self.w[p + "mlp_ln.bias"])
-            x = x + self.linear(gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
+            x = x + self._wide(self.by_rows(gelu, self._wide(h, p + "mlp.fc1")), p + "mlp.fc2")
         return layer_norm(x, self.w["encoder.ln_post.weight"], self.w["encoder.ln_post.bias"])
 
     def start(self, audio_features: np.ndarray) -> DecoderState:
         """A decoder state over one window's encoder output [S, d] (cross K/V computed)."""
         heads = self.config.n_text_head
         cross = []
-        for i in range(self.config.n_text_layer):
-            kv = self.linear(audio_features, "decoder.blocks.{}.cross_attn.kv".format(i))
-            k, v = np.split(kv, 2, axis=-1)                             # 2 x [S, d]
-            cross.append((_heads(k, heads), _heads(v, heads)))          # [H, S, dh]
+        with self.encoder_scope():
+            for i in range(self.config.n_text_layer):
+                kv = self._wide(audio_features, "decoder.blocks.{}.cross_attn.kv".format(i))
+                k, v = np.split(kv, 2, axis=-1)                         # 2 x [S, d]
+                cross.append((_heads(k, heads), _heads(v, heads)))      # [H, S, dh]
         return DecoderState(cross)
 
     def decode(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:

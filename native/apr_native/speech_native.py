@@ -14,11 +14,16 @@ kernels `backends.select` picks, as a text model's do (`apr_core.speech.projecti
 F16 / F32 weights are float32 BLAS products (no backend has a block kernel for them).
 Decoder steps run inside `blas_threads.limited(1)`: their BLAS products (attention, F16
 weights) are 1..5 rows, where a second OpenBLAS thread costs 40x more in waiting than it
-saves (see blas_threads). The encoder's large products keep every BLAS thread.
+saves (see blas_threads). The encoder (and each window's cross-attention k|v) runs its
+1500 frames in `threads` row blocks / attention heads on a thread pool of that size, BLAS
+on one thread in each: on two loaded cores OpenBLAS's own two threads made a 1500-row
+product 1.6x slower than one (they wait on each other's time slices), coarse blocks do not.
 """
 from __future__ import annotations
 
 import functools
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from . import blas_threads
@@ -37,7 +42,14 @@ def load_native_whisper(path_or_source: Any, verify: bool = True,
     kernels = backends.select(backend, threads=threads)
     model = load_whisper(path_or_source, verify=verify, kernels=kernels)
     model.kernels = kernels
-    model.net.decoder_scope = functools.partial(blas_threads.limited, DECODER_BLAS_THREADS)
+    net = model.net
+    net.decoder_scope = functools.partial(blas_threads.limited, DECODER_BLAS_THREADS)
+    net.encoder_scope = functools.partial(blas_threads.limited, 1)
+    net.parts = threads or backends.threads()
+    if net.parts > 1:
+        pool = ThreadPoolExecutor(net.parts, thread_name_prefix="apr-whisper")
+        net.map = pool.map
+        weakref.finalize(model, pool.shutdown, False)
     return model
 
 
