@@ -2,12 +2,13 @@
 llama.cpp's layout): scale 1 gives the adapted engine's greedy text (the engine
 test_lora_llama_cpp.py holds to llama.cpp), scale 0 the plain model's, and a spec
 without a file is an E011 argument error."""
+import io
 import json
-import subprocess
+import sys
 
 import pytest
 
-from cli_util import APR, apr
+from cli_util import apr
 from lora_files import write_gguf_lora
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
@@ -22,17 +23,16 @@ def run_text(model, *flags):
     return json.loads(out)["text"]
 
 
-def test_run_and_chat_with_lora(smollm2_gguf, numba_ready, tmp_path):
+def test_run_and_chat_with_lora(smollm2_gguf, numba_ready, tmp_path, monkeypatch):
     lora = str(tmp_path / "lora.gguf")
     write_gguf_lora(lora, range(0, 30, 3))
     plain = run_text(smollm2_gguf)
     adapted = run_text(smollm2_gguf, "--lora", lora)
     assert adapted != plain
     assert run_text(smollm2_gguf, "--lora", lora + ":0") == plain
-    chat = subprocess.run([APR, "chat", smollm2_gguf, "-n", "6", "--backend", "numba",
-                           "--lora", lora], input=PROMPT + "\n", capture_output=True,
-                          text=True, timeout=300, env={"APR_QUIET": "1", "PATH": ""})
-    assert chat.returncode == 0, chat.stderr
-    assert adapted.strip() in chat.stdout
+    monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT + "\n"))   # piped, not a TTY
+    code, out, err = apr("chat", smollm2_gguf, "-n", "6", "--backend", "numba", "--lora", lora)
+    assert code == 0, err
+    assert adapted.strip() in out
     code, _out, err = apr("run", smollm2_gguf, PROMPT, "--lora", ":0.5")
     assert code == 2 and "E011" in err and "--lora" in err
