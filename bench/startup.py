@@ -2,6 +2,7 @@
 
     python bench/startup.py                      # both real models, best of 5
     python bench/startup.py --models demo --repeats 3 --json
+    python bench/startup.py --models demo --repeats 3 --cold
 
 Rows (each a fresh process, best of `--repeats`, the commands taking turns so a shared
 machine's drift hits them all alike):
@@ -11,6 +12,10 @@ machine's drift hits them all alike):
   one token in its own process. Both sides get the same prompt text: apr applies the
   model's chat template by default, llama-cpp-python's `create_chat_completion` applies
   the template the GGUF carries.
+- with `--cold`, a machine's first run: `apr run MODEL QUESTION -n 16` with every kernel
+  cache empty (apr_native.cold_start: the simd library is built, numba's compile goes to
+  a background job, ended after each run), against llama-cpp-python's 16 tokens (it has
+  no cache to fill). Issue 38's target: under 15 s on a 2-core machine.
 A peer that fails is reported as failed, never silently dropped.
 """
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,6 +37,9 @@ LLAMA_CPP_ONE_TOKEN = (
     "llm = llama_cpp.Llama(sys.argv[1], n_ctx=512, verbose=False, n_threads={threads})\n"
     "llm.create_chat_completion([{{'role': 'user', 'content': sys.argv[2]}}], max_tokens=1,\n"
     "                           temperature=0)\n")
+LLAMA_CPP_TOKENS = LLAMA_CPP_ONE_TOKEN.replace("max_tokens=1", "max_tokens=int(sys.argv[3])")
+QUESTION = "What is the capital of France?"
+COLD_TOKENS = 16
 # Python's default: compiled modules are cached (a shell with PYTHONDONTWRITEBYTECODE=1
 # would recompile apr's sources, but not site-packages' peers, on every start)
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -38,10 +47,26 @@ ENV.update(APR_QUIET="1", APR_CONFIG=os.devnull)
 
 
 def timed(command):
-    """Wall seconds of one process, or the error text when it fails."""
+    """Wall seconds of one process, or the error text when it fails. A command starting
+    with "cold" runs the rest with every kernel cache empty (see the module docstring)."""
+    if command[0] == "cold":
+        return cold_timed(command[1:])
+    return _timed(command, ENV)
+
+
+def cold_timed(command):
+    from apr_native.cold_start import cold_env, end_warmup_job, warmup_lock
+    with tempfile.TemporaryDirectory(prefix="apr-cold-") as root:
+        try:
+            return _timed(command, cold_env(root, ENV))
+        finally:
+            end_warmup_job(warmup_lock(root))
+
+
+def _timed(command, env):
     start = time.perf_counter()
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          env=ENV, stdin=subprocess.DEVNULL)
+                          env=env, stdin=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         tail = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])
@@ -68,6 +93,8 @@ def main():
     parser.add_argument("--models", nargs="*", default=["demo", "qwen2.5-coder-0.5b"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cold", action="store_true",
+                        help="also time each model's first run with empty kernel caches")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from apr_native.real_models import locate
@@ -87,6 +114,14 @@ def main():
         commands.append((run_label, [APR, "run", path, PROMPT, "-n", "1"]))
         commands.append((peer_label, [sys.executable, "-c", llama, path, PROMPT]))
         peers[run_label] = peer_label
+        if args.cold:
+            cold_label = "apr run {} (empty caches) -n {}".format(name, COLD_TOKENS)
+            cold_peer = "llama-cpp-python {} {} tokens".format(name, COLD_TOKENS)
+            commands.append((cold_label, ["cold", APR, "run", path, QUESTION, "-n",
+                                          str(COLD_TOKENS)]))
+            commands.append((cold_peer, [sys.executable, "-c", LLAMA_CPP_TOKENS, path,
+                                         QUESTION, str(COLD_TOKENS)]))
+            peers[cold_label] = cold_peer
     measure(commands, 1)                # warm-up: page cache, compiled-module caches
     best = measure(commands, args.repeats)
     ratios = {label: best[label] / best[peer] for label, peer in peers.items()

@@ -1,6 +1,6 @@
 """A machine's first `apr run` (issue 38): every kernel cache empty, the installed `apr`
 answers the demo question on the portable simd kernels (the run's time is printed, not
-asserted: speed targets live in benchmarks; 5-6 s measured on a quiet 2-core machine), says
+asserted: speed targets live in benchmarks, `bench/startup.py --cold`), says
 on stderr in one line what it compiles and that it happens once, and leaves numba's
 compile to one background job; after that job later runs use numba's kernels.
 
@@ -11,12 +11,13 @@ seconds there).
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
+
+from apr_native.cold_start import cold_env, end_warmup_job, warmup_lock
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 
@@ -24,46 +25,14 @@ APR = os.path.join(os.path.dirname(sys.executable), "apr")
 QUESTION = "What is the capital of France?"
 
 
-def cold_env(root):
-    """The environment of a machine that never ran apr: the simd library's cache (and
-    the warm-up's lock: APR_CACHE), numba's cache and zig's caches all empty."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("APR_QUIET", "APR_BACKEND", "APR_SIMD_BUILD")}
-    env.update(APR_CACHE=str(root / "apr"), NUMBA_CACHE_DIR=str(root / "numba"),
-               ZIG_GLOBAL_CACHE_DIR=str(root / "zig"), ZIG_LOCAL_CACHE_DIR=str(root / "zig-local"),
-               APR_CONFIG=os.devnull)
-    return env
-
-
 def apr(env, *args):
     return subprocess.run([APR, *map(str, args)], capture_output=True, text=True, env=env,
                           stdin=subprocess.DEVNULL, timeout=600)
 
 
-def end_job(lock):
-    """End the warm-up job recorded in `lock` (it leads its own process group; its
-    starter has exited, so init reaps it)."""
-    pid = int(lock.read_text())
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and alive(pid):
-        time.sleep(0.1)
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"    # not a zombie
-    except OSError:
-        return False
-
-
 def test_a_cold_first_run_answers_on_simd_and_says_what_it_compiles(tmp_path, smollm2_gguf):
     env = cold_env(tmp_path)
-    lock = tmp_path / "apr" / "kernels" / "numba-warmup"
+    lock = warmup_lock(tmp_path)
     try:
         start = time.perf_counter()
         done = apr(env, "run", "demo", QUESTION, "-n", 16)
@@ -89,8 +58,7 @@ def test_a_cold_first_run_answers_on_simd_and_says_what_it_compiles(tmp_path, sm
         simd = apr(env, "run", "demo", QUESTION, "-n", 16, "--backend", "simd")
         assert simd.returncode == 0 and simd.stdout == done.stdout
     finally:
-        if lock.exists():
-            end_job(lock)
+        end_warmup_job(lock)
 
 
 def test_the_warmup_job_makes_later_runs_use_numba(tmp_path, smollm2_gguf):
