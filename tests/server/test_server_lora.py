@@ -59,6 +59,8 @@ def test_request_lora_scales(smollm2_gguf, numba_ready, tmp_path):
                 {"lora": [{"path": lora, "scale": 1}]}) for scale in (0, 1, 0, 1)]
             return [r.choices[0].message.content for r in await asyncio.gather(*calls)]
         assert asyncio.run(together()) == [base, adapted, base, adapted]
+        # requests held for their scales left the queue once, when they went in
+        assert server.metric("apr_queue_depth") == 0
 
         assert server.http.get("/lora-adapters").json() == [
             {"id": 0, "path": lora, "scale": 1.0}]

@@ -261,10 +261,12 @@ class ServingEngine:
             if self._held and not scheduler.has_work():
                 messages = self._held + messages     # other LoRA scales: their turn now
                 self._held = []
+            kept = _submits(self._held)
             for message in messages:
                 self._handle(scheduler, message)
-            # the submissions taken leave `_pending` as they enter the snapshot
-            self._publish(scheduler, sum(isinstance(m, Submit) for m in messages))
+            # the submissions taken leave `_pending` as they enter the snapshot; held ones
+            # stay pending (counted in queue_depth) until they go in
+            self._publish(scheduler, _submits(messages) - (_submits(self._held) - kept))
             if stopping:
                 self._shut_down(scheduler)
                 return
@@ -351,6 +353,10 @@ class ServingEngine:
             if not state.done:
                 scheduler.cancel(state)
                 state.emit(ErrorEvent(ApiError(503, "server is shutting down")))
+
+
+def _submits(messages: List[Message]) -> int:
+    return sum(isinstance(m, Submit) for m in messages)
 
 
 def _settle(future: "asyncio.Future[Any]", result: Any, error: Optional[Exception]
