@@ -97,7 +97,7 @@ def _as_float32(tensor: LazyTensor) -> Any:
     return dequantize(tensor.load(), tensor.dtype, tensor.shape).astype("<f4")
 
 
-def _rope_interleave(rows: Any, n_heads: int) -> Any:
+def rope_interleave(rows: Any, n_heads: int) -> Any:
     """HF half-split rotary rows -> GGUF adjacent pairs, per head (llama.cpp's permute)."""
     shape = rows.shape
     # [n_heads * head_dim, ...] -> [n_heads, 2, head_dim/2, ...] -> swap halves and pairs
@@ -137,7 +137,7 @@ def _gguf_tensor(tensor: LazyTensor, gguf_name: str, role: str, transposed: bool
                            family=family.name, rope_dim=config.rope_dim)
         n_heads = int(getattr(config, heads))
         moved = _relaid(moved, gguf_name, moved.shape,
-                        lambda a, n=n_heads: _rope_interleave(a, n))
+                        lambda a, n=n_heads: rope_interleave(a, n))
     return moved
 
 
@@ -225,4 +225,4 @@ def _tokenizer_kv(meta: Dict[str, Any], config: ModelConfig) -> Tuple[Dict[str, 
     return tokenizer_kv(tokenizer, meta.get("hf_tokenizer_config"), config.n_vocab)
 
 
-__all__ = ["hf_to_gguf", "hparam_kv", "gguf_arch"]
+__all__ = ["hf_to_gguf", "hparam_kv", "gguf_arch", "rope_interleave", "ROTATED_ROLES"]

@@ -30,7 +30,7 @@ from ..formats.lora import LoraAdapter, LoraPair
 from ..name_maps import DECODER_APR, name_map
 from ..quant import dequantize
 from .families import Family, contracts
-from .gguf_export import ROTATED_ROLES, _rope_interleave
+from .gguf_export import ROTATED_ROLES, rope_interleave
 from .weights import Linear
 
 # Block roles a LoRA may adapt; q/k/v also land in a fused qkv projection.
@@ -202,7 +202,7 @@ def _relaid_rows(b: np.ndarray, target: str, role: str, source: str, cfg: Any
         raise AprError(ErrorCode.UNSUPPORTED, "this adapter's Q/K rows cannot be laid out "
                        "for this base (GGUF LoRA on a transformers-layout model)",
                        tensor=target, adapter_source=source, base_source=cfg.source)
-    return np.ascontiguousarray(_rope_interleave(b, int(getattr(cfg, heads))))
+    return np.ascontiguousarray(rope_interleave(b, int(getattr(cfg, heads))))
 
 
 def lora_of(transformer: Any) -> Optional[LoraSet]:
