@@ -213,8 +213,25 @@ class WhisperNet:
         return np.concatenate(list(self.map(fn, [x[a:b] for a, b in zip(edges, edges[1:])])))
 
     def _wide(self, x: np.ndarray, name: str) -> np.ndarray:
-        """`linear` over many rows (a window's frames), in row blocks (`by_rows`)."""
+        """`linear` over many rows (a window's frames), in row blocks (`by_rows`); a weight
+        held in blocks is split by its output rows instead (`_by_outputs`)."""
+        held = self.linears.get(name)
+        if held is not None and self.parts > 1 and x.shape[0] >= 2 * SCORE_ROWS:
+            return self._by_outputs(x, held)
         return self.by_rows(lambda rows: self.linear(rows, name), x)
+
+    def _by_outputs(self, x: np.ndarray, held: Any) -> np.ndarray:
+        """x [T, in] @ W^T + b for a Linear `held` over stored blocks, one block of W's rows
+        per part (`self.map`), each decoded once (`held.rows`) and multiplied by BLAS:
+        splitting x instead would decode every weight once per part."""
+        out_dim = held.shape[0]
+        edges = [out_dim * i // self.parts // 32 * 32 for i in range(self.parts)] + [out_dim]
+
+        def part(span: tuple) -> np.ndarray:
+            w = held.rows(np.arange(span[0], span[1]))                 # [rows, in] float32
+            y = np.dot(x, w.T)                                          # [T, rows]
+            return y if held.bias is None else y + held.bias[span[0]:span[1]]
+        return np.concatenate(list(self.map(part, list(zip(edges, edges[1:])))), axis=1)
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
         """[n_mels, 3000] log-mel -> [n_audio_ctx, n_audio_state] encoder output."""

@@ -28,25 +28,34 @@ def files(whisper_base_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def oracle(whisper_base_dir):
-    return faster_whisper_model(whisper_base_dir)
-
-
-@pytest.fixture(scope="module")
 def audio():
     return espeak(UTTERANCES[2])
 
 
-def _load(path, threads):
-    pytest.importorskip("numba")
-    from apr_native.speech_native import load_native_whisper
-    return load_native_whisper(path, backend="numba", threads=threads)
+@pytest.fixture(scope="module")
+def theirs(whisper_base_dir, audio):
+    oracle = faster_whisper_model(whisper_base_dir)
+    segments, _ = oracle.transcribe(audio, vad_filter=False, beam_size=1, temperature=0.0)
+    return " ".join(s.text for s in segments)
+
+
+# (quant, threads) -> (model, transcript): each decoded once for the module (CI time)
+_RUNS = {}
+
+
+def _run(files, audio, quant, threads):
+    if (quant, threads) not in _RUNS:
+        pytest.importorskip("numba")
+        from apr_native.speech_native import load_native_whisper
+        model = load_native_whisper(files[quant], backend="numba", threads=threads)
+        _RUNS[quant, threads] = model, transcribe(model, audio, beam_size=1, temperature=0.0)
+    return _RUNS[quant, threads]
 
 
 @pytest.mark.parametrize("quant", QUANTS)
-def test_quantized_whisper_on_kernels_equals_faster_whisper(files, oracle, audio, quant):
+def test_quantized_whisper_on_kernels_equals_faster_whisper(files, theirs, audio, quant):
     from apr_core.formats.open import open_model
-    model = _load(files[quant], threads=2)
+    model, ours = _run(files, audio, quant, threads=2)
     stored = open_model(files[quant]).tensors
     linears = model.net.linears
     assert "decoder.token_embedding" in linears         # lookup and logits over its blocks
@@ -56,13 +65,10 @@ def test_quantized_whisper_on_kernels_equals_faster_whisper(files, oracle, audio
         assert linear.data.nbytes == info.dtype.nbytes(info.shape) < 4 * info.n_elements / 3
         assert stem + ".weight" not in model.net.w
     assert linears["decoder.blocks.0.mlp.fc1"].kernels.backend == "numba"
-    ours = transcribe(model, audio, beam_size=1, temperature=0.0)
-    segments, _ = oracle.transcribe(audio, vad_filter=False, beam_size=1, temperature=0.0)
-    assert words(ours["text"]) == words(" ".join(s.text for s in segments))
+    assert words(ours["text"]) == words(theirs)
 
 
 def test_one_and_two_threads_give_the_same_tokens(files, audio):
-    results = [transcribe(_load(files["Q8_0"], threads), audio, beam_size=1,
-                          temperature=0.0) for threads in (1, 2)]
+    results = [_run(files, audio, "Q8_0", threads)[1] for threads in (1, 2)]
     assert [s["tokens"] for s in results[0]["segments"]] == \
         [s["tokens"] for s in results[1]["segments"]]
