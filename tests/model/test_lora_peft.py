@@ -57,19 +57,37 @@ def logits(model, ids):
         return model(torch.tensor([ids])).logits[0].float().numpy()
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
-def case(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp("lora_" + request.param)
+_CASES = {}
+
+
+def _case(name, tmp_path_factory):
+    """The tiny base model of family `name`, its peft adapter and their logits (built
+    once per module run)."""
+    if name in _CASES:
+        return _CASES[name]
+    root = tmp_path_factory.mktemp("lora_" + name)
     config = (transformers.LlamaConfig(rope_theta=100000.0, tie_word_embeddings=True, **SMALL)
-              if request.param == "llama" else transformers.Qwen2Config(**SMALL))
+              if name == "llama" else transformers.Qwen2Config(**SMALL))
     base = build(config, root / "base")
     expected_base = logits(base, PROMPT)
     # rank_pattern / alpha_pattern / rslora exercised by the second family
-    extra = {} if request.param == "llama" else dict(
+    extra = {} if name == "llama" else dict(
         use_rslora=True, rank_pattern={"down_proj": 2}, alpha_pattern={"q_proj": 3})
     wrapped = make_adapter(base, root / "adapter", 1, **extra)
-    return dict(root=root, expected=logits(wrapped, PROMPT), expected_base=expected_base,
-                wrapped=wrapped, name=request.param)
+    _CASES[name] = dict(root=root, expected=logits(wrapped, PROMPT),
+                        expected_base=expected_base, wrapped=wrapped, name=name)
+    return _CASES[name]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def case(request, tmp_path_factory):
+    return _case(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def llama_case(tmp_path_factory):
+    """LLaMA only: its GGUF has permuted Q/K rows, the harder layout for a quantized base."""
+    return _case("llama", tmp_path_factory)
 
 
 def test_peft_logits_and_greedy_tokens(case):
@@ -147,12 +165,11 @@ def _float_reference(quantized, adapter_dir, arch_permutes):
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_adapter_over_quantized_base_is_base_plus_float_delta(case, tmp_path, backend):
+def test_adapter_over_quantized_base_is_base_plus_float_delta(llama_case, tmp_path, backend):
     """Q8_0 GGUF base (apr convert's llama.cpp layout: Q/K permuted for LLaMA): the adapted
     model equals the same model with every adapted weight dequantized plus the float delta;
     the base's stored bytes are the file's, untouched, and still Q8_0."""
-    if case["name"] != "llama":
-        pytest.skip("one family is enough for the quantized base (LLaMA: permuted Q/K)")
+    case = llama_case
     from apr_core.conversion.convert import convert
     kernels = None
     if backend == "numba":
@@ -175,6 +192,11 @@ def test_adapter_over_quantized_base_is_base_plus_float_delta(case, tmp_path, ba
     print("{}: max |delta| vs base + float delta = {:.3g} (bound {:.3g})".format(
         backend, delta, bound))
     assert delta <= bound
+    if backend == "numba":
+        # numba's one-call layer reads weights itself: an adapted layer runs run_block
+        from apr_native.kernels.layer.decoder_block import layer_gaps
+        assert layer_gaps(quantized, quantized.blocks[0]) == []
+        assert "weights" in layer_gaps(adapted, adapted.blocks[0])
     for block in adapted.blocks:
         for role in ("q", "k", "v", "o", "gate", "up", "down"):
             lin = block.linears[role]
@@ -243,6 +265,13 @@ def test_bad_adapters_get_coded_errors(case, tmp_path):
     with pytest.raises(AprError) as err:
         read_adapter(str(tmp_path / "absent"))
     assert err.value.code == ErrorCode.NOT_FOUND
+    # a model on a device backend (webgpu) runs its own forward pass: refused
+    import copy
+    on_device = copy.copy(base)
+    on_device.device = object()
+    with pytest.raises(AprError) as err:
+        apply_adapters(on_device, [(read_adapter(str(case["root"] / "adapter")), 1.0)])
+    assert err.value.code == ErrorCode.UNSUPPORTED
 
 
 def test_merged_export_equals_peft_merge_and_unload(case, tmp_path):
@@ -269,12 +298,11 @@ def test_merged_export_equals_peft_merge_and_unload(case, tmp_path):
     assert float(np.abs(runtime.forward(PROMPT) - got).max()) <= TOL
 
 
-def test_merged_export_over_quantized_base(case, tmp_path):
+def test_merged_export_over_quantized_base(llama_case, tmp_path):
     """A Q8_0 base at scale 0.5: adapted weights are written F16 (dequantized base + delta),
     every other tensor keeps its Q8_0 bytes; logits equal run-time application within the
     F16 rounding of the merged weights."""
-    if case["name"] != "llama":
-        pytest.skip("one family is enough for the quantized base")
+    case = llama_case
     from apr_core.conversion.convert import convert
     from apr_core.conversion.lora_merge import merge_lora
     from apr_core.formats.open import open_model
