@@ -134,7 +134,10 @@ def forget(url: str) -> str:
 # function through apr_web.
 from apr_webcrypto import crypto_self_test, register_webcrypto  # noqa: E402
 from apr_webrun import chat, dequant_digests, greedy, load, logits, profile_decode  # noqa: E402
+from apr_websession import check as session_check, forget as session_forget  # noqa: E402
+from apr_websession import locate as session_path, prepare as session_prepare  # noqa: E402
 
 __all__ = ["describe", "inspect_file", "tensor_stats", "load", "chat", "logits", "greedy",
            "dequant_digests", "profile_decode", "forget", "drive", "RemoteSource",
-           "register_webcrypto", "crypto_self_test"]
+           "register_webcrypto", "crypto_self_test", "session_check", "session_forget",
+           "session_path", "session_prepare"]

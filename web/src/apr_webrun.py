@@ -138,6 +138,7 @@ def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0,
         text_model = _state["model"]
         ids = text_model.chat_ids(json.loads(messages_json))
         options = json.loads(sampling_json or "{}")
+        session = options.pop("session", None)     # a name: see apr_websession
         speculate = options.pop("speculate", None)
         draft_max = options.pop("draft_max", None), options.pop("draftMax", None)
         draft_max = int(draft_max[0] or draft_max[1] or 8)
@@ -145,24 +146,37 @@ def chat(messages_json: str, max_tokens: int = 128, temperature: float = 0.0,
                                seed=None if seed is None else int(seed),
                                **from_request(options, skip=("temperature",)))
         finished: List[Any] = []
-        if speculate:
+        if speculate or session:
+            # the engine's scheduler: its prefix cache holds a session's restored rows
             from apr_core.runtime.speculative import SpeculativeConfig
-            stream = _state["engine"].stream(ids, config, int(max_tokens),
-                                             speculative=SpeculativeConfig(speculate, draft_max),
-                                             report=finished.append)
+            stream = _state["engine"].stream(
+                ids, config, int(max_tokens), report=finished.append,
+                speculative=SpeculativeConfig(speculate, draft_max) if speculate else None)
         else:
             stream = text_model.stream(ids, config, max_tokens=int(max_tokens))
         start = time.time()
         first: Optional[float] = None
-        pieces, count = [], 0
+        pieces, generated = [], []
         for piece in stream:
             first = first or time.time()
-            count += piece.token_id >= 0
+            if piece.token_id >= 0:
+                generated.append(piece.token_id)
             pieces.append(piece.text)
             js.aprHost.emit("token", json.dumps({"text": piece.text, "id": piece.token_id}))
         end = time.time()
         decode = end - (first or end)
+        count = len(generated)
+        cached = finished[0].cached_tokens if finished else 0
+        saved = None
+        if session:
+            import apr_websession
+            reply = {"role": "assistant", "content": "".join(pieces)}
+            saved = apr_websession.save(str(session), ids + generated,
+                                        json.loads(messages_json) + [reply])
         return json.dumps({"text": "".join(pieces), "tokens": count, "prompt_tokens": len(ids),
+                           # prompt rows served by the prefix cache / computed by this call
+                           "cached_tokens": cached, "prefilled_tokens": len(ids) - cached,
+                           "session_tokens": saved,
                            "prefill_s": (first or end) - start, "decode_s": decode,
                            "decode_tok_s": (count - 1) / decode if count > 1 and decode else None,
                            "speculative": finished[0].speculative if finished else None})

@@ -72,10 +72,24 @@ export class AprClient {
   load(url, { dequantize = null, ...keys } = {}) { return this.call("load", absolute(url), dequantize, keys); }
   /** Answer a conversation. Sampler options beyond `temperature` and `seed` take
    * llama-server's names: `top_k`, `top_p`, `min_p`, `typical_p`, `repeat_penalty`,
-   * `dry_multiplier`, `xtc_probability`, `mirostat`, `samplers` ... */
+   * `dry_multiplier`, `xtc_probability`, `mirostat`, `samplers` ... `session: "name"`
+   * keeps the conversation's KV in IndexedDB after the turn (an `apr chat --session`
+   * file): the next call with the conversation so far (after a reload too) computes only
+   * the new turn's rows (`prefilled_tokens` in the answer). Another model, KV type or
+   * context: E016; a damaged session: E002 / E004. */
   chat(messages, { maxTokens = 128, temperature = 0, seed = null, ...sampling } = {}) {
     return this.call("chat", messages, maxTokens, temperature, seed, sampling);
   }
+  /** Store a session file (ArrayBuffer / Uint8Array, or a URL) as session `name`. */
+  importSession(name, source) {
+    const bytes = typeof source === "string" ? new URL(source, location.href).href
+      : source instanceof ArrayBuffer ? source : source.slice().buffer;
+    return this.call("importSession", name, bytes);
+  }
+  /** Session `name`'s file (ArrayBuffer), as `apr chat --session FILE` reads it. */
+  exportSession(name) { return this.call("exportSession", name); }
+  sessionList() { return this.call("sessionList"); }
+  sessionRemove(name) { return this.call("sessionRemove", name); }
   logits(ids) { return this.call("logits", ids); }
   greedy(ids, count) { return this.call("greedy", ids, count); }
   dequantDigests() { return this.call("dequantDigests"); }

@@ -24,12 +24,12 @@ const CHUNKS = "chunks";
 const RETRIES = 4;
 const MEMORY_CHUNKS = 8;  // recently read chunks kept in memory for adjacent range reads
 
-const promised = (request) => new Promise((resolve, reject) => {
+export const promised = (request) => new Promise((resolve, reject) => {
   request.onsuccess = () => resolve(request.result);
   request.onerror = () => reject(request.error);
 });
 
-const done = (tx) => new Promise((resolve, reject) => {
+export const done = (tx) => new Promise((resolve, reject) => {
   tx.oncomplete = () => resolve();
   tx.onerror = () => reject(tx.error);
   tx.onabort = () => reject(tx.error || new ShellError(codes.QUOTA, "storage transaction aborted"));
@@ -37,7 +37,7 @@ const done = (tx) => new Promise((resolve, reject) => {
 
 const hex = (buffer) => Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
 
-function quotaError(err, what) {
+export function quotaError(err, what) {
   if (err && (err.name === "QuotaExceededError" || err.code === codes.QUOTA)) {
     return new ShellError(codes.QUOTA, `browser storage is full while caching ${what}; ` +
       "free space or clear the model cache", { reason: String(err.message || err) });

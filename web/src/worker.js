@@ -6,6 +6,7 @@
 import { bootPyodide } from "./boot.js";
 import { ShellError, codes, toPlainError } from "./errors.js";
 import { GpuClient } from "./gpu_client.js";
+import { SessionStore } from "./session_store.js";
 import { ShardCache } from "./shard_cache.js";
 import { SimdMatmul } from "./simd_kernel.js";
 import { fetchFile, fetchRange, fetchText, urlHead } from "./transport.js";
@@ -13,6 +14,7 @@ import { webCrypto } from "./webcrypto.js";
 
 let runtime = null;
 let cache = null;
+let sessions = null;  // chat sessions in IndexedDB (session_store.js)
 let lastHostError = null;  // the JS error behind a failed Python call, with its stable code
 let queue = Promise.resolve();
 
@@ -100,6 +102,7 @@ const ops = {
   async boot(config = {}) {
     if (runtime) return describeRuntime();
     cache = new ShardCache(config.cache || {});
+    sessions = new SessionStore();
     runtime = await bootPyodide(config, config.base || self.location.href);
     runtime.py.runPython(`
 import apr_web
@@ -150,9 +153,41 @@ apr_web._sync = _sync
       cache.releaseMemory();  // the header's chunks: a loaded model reads none again
     }
   },
-  chat: (messages, maxTokens = 128, temperature = 0, seed = null, sampling = null) =>
-    sync("chat", JSON.stringify(messages), maxTokens, temperature, seed,
-         JSON.stringify(sampling || {})),
+  async chat(messages, maxTokens = 128, temperature = 0, seed = null, sampling = null) {
+    const run = () => sync("chat", JSON.stringify(messages), maxTokens, temperature, seed,
+                           JSON.stringify(sampling || {}));
+    if (!sampling || sampling.session == null) return run();
+    // a session: its stored file to Python's file system, its KV to the engine, the turn,
+    // then the file Python saved back to IndexedDB
+    const name = String(sampling.session);
+    const file = await sync("session_path", name);
+    const stored = await sessions.get(name);
+    if (stored && !runtime.FS.analyzePath(file).exists) runtime.FS.writeFile(file, stored);
+    const prepared = await python("session_prepare", name);
+    const result = await run();
+    await sessions.put(name, runtime.FS.readFile(file));
+    return { ...result, session: { name, restored_tokens: prepared.restored_tokens } };
+  },
+  /** Take a session file (bytes or a URL, e.g. written by `apr chat --session`) as session
+   * `name`: validated whole first (E001/E002/E004), then stored. */
+  async importSession(name, source) {
+    const bytes = typeof source === "string" ? await fetchFile(source) : new Uint8Array(source);
+    const file = `/tmp/import-${Date.now()}.aprs`;
+    runtime.FS.writeFile(file, bytes);
+    const info = await sync("session_check", String(name), file);
+    await sessions.put(String(name), bytes);
+    return info;
+  },
+  async exportSession(name) {
+    const bytes = await sessions.get(String(name));
+    if (!bytes) throw new ShellError(codes.ARGUMENT, `no session named ${name}`);
+    return bytes.buffer;
+  },
+  sessionList: () => sessions.list(),
+  async sessionRemove(name) {
+    await sync("session_forget", String(name));
+    await sessions.remove(String(name));
+  },
   logits: (ids) => sync("logits", JSON.stringify(ids)),
   greedy: (ids, count) => sync("greedy", JSON.stringify(ids), count),
   dequantDigests: () => sync("dequant_digests"),
