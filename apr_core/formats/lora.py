@@ -1,7 +1,7 @@
 """LoRA adapter files: a PEFT directory or a llama.cpp GGUF LoRA, read into one form.
 
-    adapter = read_adapter("my-adapter/")          # adapter_config.json + adapter_model.safetensors
-    adapter = read_adapter("my-adapter.gguf")      # general.type=adapter, adapter.type=lora
+    adapter = read_adapter("my-adapter/")     # adapter_config.json + adapter_model.safetensors
+    adapter = read_adapter("my-adapter.gguf")  # general.type=adapter, adapter.type=lora
     for pair in adapter.pairs: pair.target, pair.a.shape, pair.b.shape, pair.scaling
 
 Each pair is one adapted base weight: `target` is the base tensor's name in the adapter's
@@ -45,6 +45,7 @@ class LoraAdapter(NamedTuple):
     path: str
     source: str
     pairs: Tuple[LoraPair, ...]
+    arch: Optional[str] = None   # a GGUF LoRA's general.architecture (the base's)
 
 
 def read_adapter(path: str) -> LoraAdapter:
@@ -125,8 +126,10 @@ def _read_gguf(path: str) -> LoraAdapter:
                            path=path)
         tensors = {name: model_file.read_raw(name) for name in model_file.tensors}
     # llama.cpp: scale = alpha / rank (alpha 0 means 1.0)
+    arch = meta.get("general.architecture")
     return LoraAdapter(path, "gguf", _pairs(
-        tensors, "gguf", lambda target, rank: float(alpha) / rank if alpha else 1.0, path))
+        tensors, "gguf", lambda target, rank: float(alpha) / rank if alpha else 1.0, path),
+        arch if isinstance(arch, str) else None)
 
 
 def _pairs(tensors: Dict[str, RawTensor], source: str, scaling: Any, path: str

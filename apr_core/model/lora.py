@@ -1,6 +1,7 @@
 """LoRA adapters applied at run time over a model's (quantized) projections.
 
-    adapted = apply_adapters(transformer, [(read_adapter("a/"), 1.0), (read_adapter("b.gguf"), 0.5)])
+    adapters = [(read_adapter("peft-dir/"), 1.0), (read_adapter("style.gguf"), 0.5)]
+    adapted = apply_adapters(transformer, adapters)
     adapted.lora.set_scales([1.0, 0.0])          # the second adapter off, no reload
 
 For each adapted projection `y = W x + sum_i scale_i * scaling_i * B_i (A_i x)`: `W` keeps
@@ -156,6 +157,12 @@ def _term(transformer: Any, adapter: LoraAdapter, index: int, pair: LoraPair
           ) -> Tuple[int, str, LoraTerm]:
     """(layer, role of the base projection, its term) for one adapted weight."""
     cfg = transformer.config
+    family = Family(cfg.arch, contracts()[cfg.arch])
+    gguf_archs = family.contract.get("architectures", {}).get("gguf", [])
+    if adapter.arch is not None and adapter.arch not in gguf_archs:
+        raise AprError(ErrorCode.VALIDATION, "the LoRA was made for another architecture "
+                       "(as llama.cpp, refused)", adapter=adapter.path,
+                       adapter_arch=adapter.arch, model_family=cfg.arch)
     apr = name_map(cfg.arch).translate([pair.target], adapter.source, "apr")[pair.target]
     hit = [(int(m.group(1)), role) for pattern, role in _APR_ROLE.items()
            for m in [pattern.match(apr)] if m]
@@ -184,17 +191,16 @@ def _term(transformer: Any, adapter: LoraAdapter, index: int, pair: LoraPair
         raise AprError(ErrorCode.VALIDATION, "the LoRA does not fit the base projection",
                        tensor=pair.target, a_shape=a.shape, b_shape=b.shape,
                        base_shape=base.shape, rows=rows)
-    b = _relaid_rows(b, pair.target, role, adapter.source, cfg)
+    b = _relaid_rows(b, pair.target, role, adapter.source, cfg, family)
     return layer, role, LoraTerm(index, first, np.ascontiguousarray(a),
                                  np.ascontiguousarray(b), pair.scaling)
 
 
-def _relaid_rows(b: np.ndarray, target: str, role: str, source: str, cfg: Any
-                 ) -> np.ndarray:
+def _relaid_rows(b: np.ndarray, target: str, role: str, source: str, cfg: Any,
+                 family: Family) -> np.ndarray:
     """B's output rows in the base's order: Q/K of a family whose GGUF rotary layout
     differs from its HF one (LLaMA) are permuted as llama.cpp's converter did the base's."""
     heads = ROTATED_ROLES.get(role)
-    family = Family(cfg.arch, contracts()[cfg.arch])
     if not heads or source == cfg.source or \
             family.rope_style("hf") == family.rope_style("gguf"):
         return b

@@ -387,6 +387,10 @@ def test_non_projection_targets_and_bad_gguf_loras(case, tmp_path):
         assert err.value.code == code, name
     good = gguf_file("good.gguf", dict(lora_kv, **{"adapter.lora.alpha": 8.0}), halves)
     assert read_adapter(good).pairs[0].scaling == 2.0
+    if case["name"] == "qwen2":      # a LoRA for llama on a Qwen2 model (llama.cpp refuses)
+        with pytest.raises(AprError) as err:
+            apply_adapters(base, [(read_adapter(good), 1.0)])
+        assert err.value.code == ErrorCode.VALIDATION and "architecture" in str(err.value)
     with open(good, "rb") as handle:
         data = handle.read()
     cut = tmp_path / "cut.gguf"
