@@ -1,4 +1,5 @@
-"""Greedy-token parity of the accelerated backends with numpy on both real models (32 steps).
+"""Greedy-token parity of the accelerated backends with numpy on both real models (32 steps;
+12 on the emulated CUDA grid).
 
 - numba: its decode steps quantize activations to int16 per run of 32, so its logits
   differ from numpy's by ~1e-3 (llama.cpp's 8-bit activations move them by tenths); it
@@ -27,6 +28,9 @@ from apr_native.mmap_source import open_mmap                     # noqa: E402
 pytestmark = [pytest.mark.native, pytest.mark.real_model]
 
 STEPS = 32
+# the emulated CUDA grid runs its thread code one thread at a time (~3 s a Qwen2.5 step
+# under load): its first 12 steps against the same reference; every step reads every weight
+STEPS_EMULATED = 12
 PROMPTS = {"smollm2_gguf": "Explain what a CPU does.",
            "qwen_gguf": "Write a Python function that checks whether a number is prime."}
 
@@ -69,7 +73,8 @@ def test_greedy_tokens_match_numpy(model, backend, request, monkeypatch):
     text_model = TextModel.load(path, opener=open_mmap, kernels=kernels)
     ids = text_model.prompt_ids(PROMPTS[model], chat=True)
     ref, ref_rows = numpy_reference(path, ids)
-    ours, our_rows = greedy(text_model.transformer, ids)
+    ours, our_rows = greedy(text_model.transformer, ids,
+                            STEPS_EMULATED if backend == "cuda" else STEPS)
     for step, (a, b) in enumerate(zip(ours, ref)):
         top2 = np.sort(ref_rows[step])[-2:]
         assert a == b, "step {}: {} {} numpy {} (numpy's top-2 gap {:.3f})".format(

@@ -5,9 +5,10 @@ attention kernel, the paged KV cache) with the KV cache types of `--kv-type`.
   it." in the middle, asked for at the end, under `--ctx 8192`: the greedy answer holds
   the key, with f16 (the engine's default) and q8_0 KV. One test per type; each is a
   7,000-token prefill (the slow part), then a few decoded tokens.
-- Perplexity (llama.cpp's method, apr_core.runtime.perplexity) on 4,096 tokens of a fixed
+- Perplexity (llama.cpp's method, apr_core.runtime.perplexity) on 2,048 tokens of a fixed
   text (tests/data/perplexity_text.txt, a frozen copy of this repository's README) in two
-  2,048-token chunks, f16 and q8_0 KV, against llama.cpp's own perplexity with the same KV
+  1,024-token chunks (two of 2,048 took 10 minutes of CI; long prompts are the pass-key
+  tests' part), f16 and q8_0 KV, against llama.cpp's own perplexity with the same KV
   types on the same ids (the test's docstring has the numbers). The text is frozen because
   the live README changed the ids with every edit, and llama.cpp's distance from the model
   changes with the text: on one later README, its int8 activations cost its f16
@@ -28,6 +29,8 @@ KEY = "68237"
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and "
           "back again. ")
 PROMPT_TOKENS = 7000
+PPL_CHUNK = 1024
+PPL_TOKENS = 2 * PPL_CHUNK
 TEXT = os.path.join(os.path.dirname(__file__), "..", "data", "perplexity_text.txt")
 
 
@@ -83,24 +86,25 @@ def llama_cpp_perplexity(path, ids, n_ctx, bos, kv_type):
 
 @pytest.mark.oracle
 def test_q8_0_kv_perplexity_within_1_percent_of_f16(qwen_gguf):
-    """q8_0 KV against f16 KV, apr and llama.cpp on the same 4,096 ids. Qwen2.5's keys have
+    """q8_0 KV against f16 KV, apr and llama.cpp on the same 2,048 ids (measured: apr f16
+    77.385, q8_0 77.864 (+0.6%); llama.cpp 77.387, 79.307 (+2.5%)). Qwen2.5's keys have
     a few channels near 150 (its K biases): a Q8_0 block holding one quantizes the rest of
     its 32 values in steps of ~1.2, which cost llama.cpp +2.0% perplexity (apr too, +1.9%,
     before its quantized rows were rotated: apr_core.model.kv_types). Rotated, the cost is
     within the 1% the issue asks for, and below llama.cpp's; apr's f16 perplexity is within
     1% of llama.cpp's."""
-    engine = load(qwen_gguf, "f16", ctx=4096)
+    engine = load(qwen_gguf, "f16", ctx=PPL_TOKENS)
     with open(TEXT, encoding="utf-8") as f:
         ids = engine.model.tokenizer.encode(f.read())
-    assert len(ids) >= 4096
-    ids = ids[:4096]
+    assert len(ids) >= PPL_TOKENS
+    ids = ids[:PPL_TOKENS]
     bos = engine.model.tokenizer.bos_id
     ours, theirs = {}, {}
     for kv_type in ("f16", "q8_0"):
         engine.transformer.kv_type = kv_type           # the type of its new caches
         assert engine.transformer.new_cache(8).kv_type == kv_type
-        ours[kv_type] = perplexity(engine.transformer, ids, 2048, bos_id=bos)["ppl"]
-        theirs[kv_type] = llama_cpp_perplexity(qwen_gguf, ids, 2048, bos, kv_type)
+        ours[kv_type] = perplexity(engine.transformer, ids, PPL_CHUNK, bos_id=bos)["ppl"]
+        theirs[kv_type] = llama_cpp_perplexity(qwen_gguf, ids, PPL_CHUNK, bos, kv_type)
     print("apr", ours, "llama.cpp", theirs)
     assert 1.0 < ours["f16"] < 100.0                    # the model reads the text
     assert abs(ours["f16"] / theirs["f16"] - 1.0) < 0.01
