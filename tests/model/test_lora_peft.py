@@ -17,6 +17,7 @@ from apr_core.errors import AprError, ErrorCode  # noqa: E402
 from apr_core.formats.lora import read_adapter  # noqa: E402
 from apr_core.model import Transformer  # noqa: E402
 from apr_core.model.lora import apply_adapters  # noqa: E402
+from test_model_parity import build_hf_model  # noqa: E402
 
 pytestmark = [pytest.mark.oracle, pytest.mark.native]
 
@@ -25,17 +26,6 @@ TOL = 1e-4          # test_model_parity.py's transformers tolerance
 SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def build(config, directory):
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    model = model.float().eval()
-    with torch.no_grad():
-        for _name, param in model.named_parameters():
-            param.add_(torch.randn_like(param) * 0.05)
-    model.save_pretrained(str(directory))
-    return model
 
 
 def make_adapter(base, directory, seed, **config):
@@ -68,7 +58,7 @@ def _case(name, tmp_path_factory):
     root = tmp_path_factory.mktemp("lora_" + name)
     config = (transformers.LlamaConfig(rope_theta=100000.0, tie_word_embeddings=True, **SMALL)
               if name == "llama" else transformers.Qwen2Config(**SMALL))
-    base = build(config, root / "base")
+    base = build_hf_model(config, root / "base")
     expected_base = logits(base, PROMPT)
     # rank_pattern / alpha_pattern / rslora exercised by the second family
     extra = {} if name == "llama" else dict(
@@ -334,7 +324,7 @@ def test_peft_on_gpt2_fused_qkv_conv1d(tmp_path):
     c_attn, c_proj and c_fc gives transformers + peft's logits."""
     config = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
                                      n_positions=64, bos_token_id=1, eos_token_id=2)
-    base = build(config, tmp_path / "base")
+    base = build_hf_model(config, tmp_path / "base")
     wrapped = make_adapter(base, tmp_path / "adapter", 2,
                            target_modules=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True)
     adapted = apply_adapters(Transformer.from_path(str(tmp_path / "base")),

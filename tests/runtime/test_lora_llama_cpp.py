@@ -3,11 +3,10 @@ general.type=adapter, adapter.type=lora, adapter.lora.alpha; `blk.N.<proj>.weigh
 [r, in] and `.lora_b` [out, r]) on the real SmolLM2-135M Q4_1: apr's greedy tokens and
 logits against llama.cpp's (llama-cpp-python, `lora_path`), compared as
 test_llama_cpp_parity.py compares the bare models (same LOGIT_TOL, same clear-step rule)."""
-import numpy as np
 import pytest
 
 from lora_files import write_gguf_lora
-from test_llama_cpp_parity import LOGIT_TOL, TOP, apr_greedy, llama_cpp_logits
+from test_llama_cpp_parity import apr_greedy, clear_steps_agree, llama_cpp_logits
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model, pytest.mark.oracle]
 
@@ -30,15 +29,4 @@ def test_gguf_lora_matches_llama_cpp(smollm2_gguf, numba_ready, tmp_path):
     print("base:   ", repr(engine.model.tokenizer.decode(base_tokens)))
     assert tokens != base_tokens          # the adapter changes the answer
     theirs = llama_cpp_logits(smollm2_gguf, ids, tokens, lora_path=str(lora))
-    clear = 0
-    for step, (mine, ref) in enumerate(zip(ours, theirs)):
-        top = np.argsort(mine)[-TOP:]
-        moved = ref[top] - mine[top]
-        worst = np.abs(moved - moved.mean()).max()
-        assert worst <= LOGIT_TOL, "step {}: llama.cpp's logits differ by {:.3f}".format(
-            step, worst)
-        gap = mine[top[-1]] - mine[top[-2]]
-        if gap > 2 * LOGIT_TOL:
-            clear += 1
-            assert int(ref.argmax()) == tokens[step], step
-    assert clear >= STEPS // 2, clear
+    assert clear_steps_agree(tokens, ours, theirs) >= STEPS // 2
