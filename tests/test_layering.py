@@ -42,7 +42,7 @@ LAYERS = [
                       "apr_webplace", "apr_webgpu"]),
     # generation; Whisper (speech page); the edge worker's Python that runs in Pyodide
     # over the shell's modules (apr compile copies it into the bundle as `apr_worker`)
-    ("shell-run", ["apr_webrun", "apr_webspeech", "apr_websession"] +
+    ("shell-run", ["apr_webrun", "apr_webspeech", "apr_websession", "apr_weblora"] +
      ["apr_native.compile.worker_bundle." + name
       for name in ("api", "js_entry", "placement", "store")]),
     ("shell", ["apr_web"]),

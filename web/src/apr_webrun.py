@@ -69,6 +69,7 @@ async def load(url: str, dequantize: Optional[bool] = None,
     options = dict(options or {})
     backend = options.pop("backend", None) or "auto"
     kv_type = options.pop("kvType", None)      # the KV cache's storage, as --kv-type
+    lora_specs = options.pop("lora", None)     # [{url, scale}]: see apr_weblora
     try:
         model = await _open(url, options)  # first: download and verification errors come before numpy's
         try:
@@ -80,6 +81,8 @@ async def load(url: str, dequantize: Optional[bool] = None,
         from apr_core.quant import registry
         from apr_core.runtime.context_options import ContextOptions
         context = ContextOptions(kv_type=kv_type)     # E011 on an unknown type: nothing placed
+        from apr_weblora import fetch_adapters
+        lora = await fetch_adapters(lora_specs or ())   # as --lora FILE:SCALE natively
         kernels = _state.get("kernels") or registry.NUMPY   # apr_webkernel's, if registered
         _release_kernel_memory()   # one model's weights at a time in the kernels' memory
         kernels, gpu_reason = _backend(backend, kernels)
@@ -101,7 +104,7 @@ async def load(url: str, dequantize: Optional[bool] = None,
         engine = Engine(await drive(lambda: TextModel.from_model_file(
                             source_model, dequantize_at_load=bool(dequantize), kernels=kernels)),
                         EngineOptions(max_batch=1, kv_memory=BROWSER_KV_BYTES,
-                                      context=context), path=url)
+                                      context=context, lora=lora), path=url)
         _state["engine"], _state["model"], _state["url"] = engine, engine.model, url
         _state["source_model"] = source_model
         cfg = engine.transformer.config
@@ -119,6 +122,7 @@ async def load(url: str, dequantize: Optional[bool] = None,
                            "kv_type": kv["kv_type"],
                            "kv_bytes_per_token": kv["bytes_per_token"],
                            "vocab": cfg.n_vocab, "context": cfg.max_ctx,
+                           "lora": [{"path": p, "scale": s} for p, s in lora],
                            "chat_template": bool(_state["model"].chat_template)})
     except Exception as exc:
         return _error(exc)

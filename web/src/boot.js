@@ -18,7 +18,7 @@ export const DEFAULTS = Object.freeze({
   numpy: "auto",                  // true: required, false: skip, "auto": load when available
   glue: ["src/apr_websource.py", "src/apr_web.py", "src/apr_webrun.py", "src/apr_webcrypto.py", "src/apr_webkernel.py",
     "src/apr_webplace.py", "src/apr_webgpu.py",
-    "src/apr_webhub.py", "src/apr_websession.py"],
+    "src/apr_webhub.py", "src/apr_websession.py", "src/apr_weblora.py"],
   hfEndpoint: null,               // the Hub for hf:// references; null: https://huggingface.co
   kernels: "simd",                // "simd": WebAssembly SIMD matmuls behind apr_core's registry
                                   // (relaxed SIMD where the browser has it); "simd-exact"

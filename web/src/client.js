@@ -69,7 +69,12 @@ export class AprClient {
    * by default only when no SIMD kernel holds its own float32 copy). Options: `backend`
    * ("auto", "webgpu", "cpu"), `kvType` (the KV cache's storage: "f16" by default, "q8_0",
    * "q4_0", "f32", as `--kv-type`), and the keys of encrypted or signed files. */
-  load(url, { dequantize = null, ...keys } = {}) { return this.call("load", absolute(url), dequantize, keys); }
+  load(url, { dequantize = null, lora = null, ...keys } = {}) {
+    // `lora: [{url, scale}]`: LoRA adapters (a GGUF LoRA file, or a PEFT directory's URL),
+    // applied at run time as `--lora FILE:SCALE` natively
+    if (lora) keys.lora = lora.map(({ url, scale = 1 }) => ({ url: absolute(url), scale }));
+    return this.call("load", absolute(url), dequantize, keys);
+  }
   /** Answer a conversation. Sampler options beyond `temperature` and `seed` take
    * llama-server's names: `top_k`, `top_p`, `min_p`, `typical_p`, `repeat_penalty`,
    * `dry_multiplier`, `xtc_probability`, `mirostat`, `samplers` ... `session: "name"`
