@@ -4,6 +4,8 @@ gives native apr's logits (within LOGIT_TOLERANCE, exact kernels, f32 KV) and gr
 tokens with the same adapter, and they differ from the plain model's."""
 import base64
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -34,23 +36,32 @@ def make_peft_adapter(directory, seed=0):
     wrapped.save_pretrained(str(directory))
 
 
-def test_peft_adapter_in_the_page_equals_native(open_page, native, smollm2_path, models_dir):
+def _native(path, adapter, ids):
+    """Native apr with the adapter (`--lora DIR`): logits at `ids`, GREEDY greedy tokens."""
     from apr_core.runtime.context_options import ContextOptions
     from apr_core.runtime.engine import Engine, EngineOptions
     from apr_core.runtime.generate import generate_step
+    engine = Engine.open(path, EngineOptions(
+        dequantize=True, lora=((adapter, 1.0),), context=ContextOptions(kv_type="f32")))
+    return (engine.transformer.forward(ids),
+            list(generate_step(engine.transformer, ids, max_tokens=GREEDY)))
+
+
+def test_peft_adapter_in_the_page_equals_native(open_page, native, smollm2_path, models_dir):
+    start = time.time()
     adapter = os.path.join(models_dir, "lora-peft")
     if not os.path.isdir(adapter):
         make_peft_adapter(adapter)
-    engine = Engine.open(smollm2_path, EngineOptions(
-        dequantize=True, lora=((adapter, 1.0),), context=ContextOptions(kv_type="f32")))
     ids = native["ids"]
-    want = engine.transformer.forward(ids)
-    want_greedy = list(generate_step(engine.transformer, ids, max_tokens=GREEDY))
-
-    page = open_page(QUERY)
-    page.call("apr.boot({})")
-    info = page.call("apr.load('models/smollm2.gguf', {kvType: 'f32', "
-                     "lora: [{url: 'models/lora-peft', scale: 1}]})")
+    with ThreadPoolExecutor(1) as pool:                # native runs while the page loads
+        reference = pool.submit(_native, smollm2_path, adapter, ids)
+        page = open_page(QUERY)
+        page.call("apr.boot({})")
+        info = page.call("apr.load('models/smollm2.gguf', {kvType: 'f32', "
+                         "lora: [{url: 'models/lora-peft', scale: 1}]})")
+        print("page loaded", time.time() - start)
+        want, want_greedy = reference.result()
+    print("native", time.time() - start)
     assert [entry["scale"] for entry in info["lora"]] == [1.0]
     got = page.call("(ids) => apr.logits(ids)", ids)
     logits = np.frombuffer(base64.b64decode(got["f32"]), "<f4").reshape(got["shape"])
@@ -60,3 +71,4 @@ def test_peft_adapter_in_the_page_equals_native(open_page, native, smollm2_path,
     assert float(np.abs(want - native["logits"]).max()) > 100 * LOGIT_TOLERANCE
     greedy = page.call("([ids, n]) => apr.greedy(ids, n)", [ids, GREEDY])
     assert greedy["tokens"] == want_greedy
+    print("done", time.time() - start)
