@@ -71,4 +71,8 @@ def test_peft_adapter_in_the_page_equals_native(open_page, native, smollm2_path,
     assert float(np.abs(want - native["logits"]).max()) > 100 * LOGIT_TOLERANCE
     greedy = page.call("([ids, n]) => apr.greedy(ids, n)", [ids, GREEDY])
     assert greedy["tokens"] == want_greedy
+    # a chat session names its model by the file alone: refused over adapted weights
+    got = page.call("apr.chat([{role: 'user', content: 'Hi'}], {maxTokens: 1, session: 's'})"
+                    ".then(() => null, (e) => e.detail)")
+    assert got is not None and got["code"] == "E009", got
     print("done", time.time() - start)

@@ -18,6 +18,7 @@ import json
 import os
 from typing import Any, Dict, List, Sequence
 
+from apr_core.errors import AprError, ErrorCode
 from apr_core.runtime import kv_session
 
 from apr_websource import _error, _state
@@ -70,6 +71,11 @@ async def prepare(name: str) -> str:
     """Give session `name`'s KV (when its file exists and this engine has not taken it
     yet) to the engine's prefix cache: `{path, restored_tokens, messages}`."""
     try:
+        if getattr(_state["engine"].transformer, "lora", None) is not None:
+            # a session names its model by the file's sha256 only: adapted rows would be
+            # taken as the plain model's
+            raise AprError(ErrorCode.UNSUPPORTED, "chat sessions are not kept for a model "
+                           "loaded with LoRA adapters", session=name)
         file = path(name)
         sha256 = await _model_sha256()
         restored, messages = 0, None
