@@ -63,6 +63,7 @@ def capture(pool: Any, model: Any, tokens: Sequence[int], model_sha256: str,
             extra: Optional[Dict[str, Any]] = None) -> KVState:
     """The KV the pool holds for the longest run of full blocks of `tokens` (cached
     by the prefix cache as they filled): the session of those tokens."""
+    require_plain(model)
     bs = pool.block_size
     ids = [int(t) for t in tokens]
     parent: Optional[bytes] = None
@@ -115,9 +116,21 @@ def restore(pool: Any, state: KVState) -> int:
     return n_blocks * bs
 
 
+def require_plain(model: Any, **context: Any) -> None:
+    """AprError(UNSUPPORTED) for a model with LoRA adapters: a session names its model by
+    the file's sha256 alone, so rows computed with adapters (at whatever scales) would be
+    taken as the plain model's. Every place that keeps sessions (apr chat --session, the
+    server's slots, the browser's sessions) asks this before it runs a turn."""
+    if getattr(model, "lora", None) is not None:
+        raise AprError(ErrorCode.UNSUPPORTED, "sessions are not kept for a model loaded "
+                       "with LoRA adapters", **context)
+
+
 def check_fits(state: KVState, model_sha256: str, model: Any) -> None:
     """AprError(MISMATCH) unless `state` was saved for this model file, KV type, context
-    and RoPE settings (its keys and values mean nothing to any other)."""
+    and RoPE settings (its keys and values mean nothing to any other); UNSUPPORTED for a
+    model with adapters (`require_plain`)."""
+    require_plain(model)
     cfg = model.config
     wanted = [("model_sha256", state.model_sha256, model_sha256),
               ("kv_type", state.kv_type, model.kv_type),

@@ -28,6 +28,9 @@ CASES = [
     (["canary", "create", "m.gguf"], "canary create", "missing argument: -o/--output"),
     (["run", "demo", "--temperature"], "run", "--temperature needs a value"),
     (["run", "demo", "hi", "--bogus"], "run", "unknown argument: --bogus"),
+    (["serve", "demo", "--lora", "a.gguf", "--slot-save-path", "slots"], "serve",
+     "--slot-save-path cannot be used with --lora: slot files name the model file alone, "
+     "not its adapters"),
 ]
 
 

@@ -1,7 +1,8 @@
 """`--lora FILE[:SCALE]` on `apr run` and `apr chat` (in process, SmolLM2 + a GGUF LoRA in
 llama.cpp's layout): scale 1 gives the adapted engine's greedy text (the engine
-test_lora_llama_cpp.py holds to llama.cpp), scale 0 the plain model's, and a spec
-without a file is an E011 argument error."""
+test_lora_llama_cpp.py holds to llama.cpp), scale 0 the plain model's, a spec
+without a file is an E011 argument error, and `apr chat --session` with adapters is refused
+(E009: a session names its model by the file's sha256 alone)."""
 import io
 import json
 import sys
@@ -36,3 +37,10 @@ def test_run_and_chat_with_lora(smollm2_gguf, numba_ready, tmp_path, monkeypatch
     assert adapted.strip() in out
     code, _out, err = apr("run", smollm2_gguf, PROMPT, "--lora", ":0.5")
     assert code == 2 and "E011" in err and "--lora" in err
+    # a session names its model by the file's sha256 alone: none is kept with adapters
+    session = tmp_path / "chat.aprs"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(PROMPT + "\n"))
+    code, _out, err = apr("chat", smollm2_gguf, "-n", "6", "--backend", "numba", "--lora", lora,
+                          "--session", str(session))
+    assert code != 0 and "E009" in err and "LoRA" in err, err
+    assert not session.exists()

@@ -71,11 +71,7 @@ async def prepare(name: str) -> str:
     """Give session `name`'s KV (when its file exists and this engine has not taken it
     yet) to the engine's prefix cache: `{path, restored_tokens, messages}`."""
     try:
-        if getattr(_state["engine"].transformer, "lora", None) is not None:
-            # a session names its model by the file's sha256 only: adapted rows would be
-            # taken as the plain model's
-            raise AprError(ErrorCode.UNSUPPORTED, "chat sessions are not kept for a model "
-                           "loaded with LoRA adapters", session=name)
+        kv_session.require_plain(_state["engine"].transformer, session=name)
         file = path(name)
         sha256 = await _model_sha256()
         restored, messages = 0, None

@@ -33,6 +33,7 @@ class ChatSession:
     """The session file of one `apr chat` run over `engine`."""
 
     def __init__(self, path: str, engine: Any) -> None:
+        kv_session.require_plain(engine.transformer, session=path)
         self.path = path
         self.engine = engine
         self.sha256 = model_sha256(engine.path)

@@ -137,10 +137,14 @@ def _uvicorn(app: Any, args: argparse.Namespace, sock: socket.socket) -> int:
     return 0
 
 
-def _slot_folder(path: Optional[str]) -> Optional[str]:
-    """--slot-save-path: the folder (created when missing), E007 when it cannot be."""
+def _slot_folder(path: Optional[str], lora: bool) -> Optional[str]:
+    """--slot-save-path: the folder (created when missing), E007 when it cannot be; E011
+    next to --lora (a session names its model by the file alone: kv_session.require_plain)."""
     if not path:
         return None
+    if lora:
+        raise AprError(ErrorCode.ARGUMENT, "--slot-save-path cannot be used with --lora: "
+                       "slot files name the model file alone, not its adapters")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as err:
@@ -164,7 +168,8 @@ def run_serve(args: argparse.Namespace) -> int:
     settings = ServerSettings(api_key=api_key, max_tokens=args.max_tokens,
                               max_body=parse_size(args.max_body),
                               cors_origins=tuple(args.cors or ()),
-                              slot_save_path=_slot_folder(args.slot_save_path))
+                              slot_save_path=_slot_folder(args.slot_save_path,
+                                                          bool(lora_args.specs(args))))
     names = list(args.model or ())
     if args.models_dir or len(names) != 1:      # many models: server/model_router.py
         return serve_models.run(args, names, settings, log,
