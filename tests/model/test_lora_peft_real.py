@@ -2,7 +2,7 @@
 
 The adapter is made here with `peft` (r=8, lora_alpha=16, q/k/v/o/gate/up/down, random A
 and B: `init_lora_weights=False`, torch seed 0) over the model transformers loads from the
-GGUF itself (test_model_real's `smollm2_hf`: dequantized to a float32 LlamaForCausalLM, Q/K
+GGUF itself (conftest's `smollm2_hf`: dequantized to a float32 LlamaForCausalLM, Q/K
 rows un-permuted), so apr must lay the adapter's Q/K rows out as llama.cpp's converter laid
 out the base's. apr runs the same GGUF with `EngineOptions(lora=...)` on numpy's kernels
 with an f32 KV cache (float32 against float32, the base kept Q4_1 in memory). Held to
@@ -21,7 +21,7 @@ tokens, so this is apr's greedy decode, at the cost of two forward passes instea
 import numpy as np
 import pytest
 
-from test_model_real import SMOL_TOL, smollm2_hf  # noqa: F401  (the fixture, reused)
+from test_model_real import SMOL_TOL
 
 pytestmark = [pytest.mark.real_model, pytest.mark.native, pytest.mark.oracle]
 
@@ -31,7 +31,7 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 
 @pytest.fixture(scope="module")
-def case(smollm2_gguf, smollm2_hf, tmp_path_factory):  # noqa: F811
+def case(smollm2_gguf, smollm2_hf, tmp_path_factory):
     """transformers' logits without and with the peft adapter, its greedy tokens, and apr's
     engine with the saved adapter at scale 1."""
     torch = pytest.importorskip("torch")
@@ -60,8 +60,9 @@ def case(smollm2_gguf, smollm2_hf, tmp_path_factory):  # noqa: F811
         # is generate's first step)
         adapted = torch.cat([prompt_rows, *out.logits[1:]]).numpy()
     finally:
-        wrapped.unload()          # the module's smollm2_hf back as it was
-    return dict(ids=ids, base=base, tokens=tokens, adapted=adapted, engine=engine)
+        wrapped.unload()          # the session's smollm2_hf back as it was
+    return dict(ids=ids, base=base, tokens=tokens, adapted=adapted, engine=engine,
+                adapter=adapter, config=smollm2_hf.config.to_dict())
 
 
 def test_peft_adapter_on_smollm2_matches_transformers_peft(case):
@@ -101,3 +102,51 @@ def test_scale_zero_is_transformers_without_the_adapter(case):
     print("SmolLM2, adapter at scale 0: max |delta| vs transformers without it = {:.3g}"
           .format(error))
     assert error <= SMOL_TOL
+
+
+def convert_for_llama_cpp(adapter, config, folder):
+    """The adapter as llama.cpp's own converter writes it (convert_lora_to_gguf.py from the
+    llama-cpp-python sdist, extracted by scripts/fetch_tokenizer_vectors.sh), f32. The base
+    folder holds only config.json (all the converter reads of the base)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    cache = os.environ.get("APR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "apr")
+    script = os.path.join(cache, "llama.cpp-src", "convert_lora_to_gguf.py")
+    if not os.path.exists(script):
+        pytest.skip("llama.cpp's convert_lora_to_gguf.py is missing: run scripts/setup.sh")
+    base = folder / "base"
+    base.mkdir()
+    config = {k: v for k, v in config.items() if k != "quantization_config"}
+    config["architectures"] = ["LlamaForCausalLM"]     # transformers' GGUF load names none
+    (base / "config.json").write_text(json.dumps(config))
+    out = folder / "lora-f32.gguf"
+    done = subprocess.run([sys.executable, script, "--base", str(base), "--outtype", "f32",
+                           "--outfile", str(out), adapter], capture_output=True, text=True,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=600)
+    assert done.returncode == 0 and out.exists(), done.stderr[-2000:]
+    return str(out)
+
+
+def test_the_adapter_converted_by_llama_cpp_gives_llama_cpps_greedy_tokens(
+        case, smollm2_gguf, numba_ready, tmp_path):
+    """apr with the PEFT folder against llama.cpp with the GGUF its converter made of it:
+    test_llama_cpp_parity's logit bound and clear-step rule over 16 greedy steps; apr reads
+    the converted file as it reads the folder (the same logits)."""
+    from apr_native.engine import EngineOptions, load_engine
+    from llama_cpp_compare import apr_greedy, clear_steps_agree, llama_cpp_logits
+    converted = convert_for_llama_cpp(case["adapter"], case["config"], tmp_path)
+    steps = 16
+    peft_dir = load_engine(smollm2_gguf, EngineOptions(backend="numba",
+                                                       lora=((case["adapter"], 1.0),)))
+    tokens, ours = apr_greedy(peft_dir.model, case["ids"], steps)
+    gguf = load_engine(smollm2_gguf, EngineOptions(backend="numba", lora=((converted, 1.0),)))
+    same_tokens, same_rows = apr_greedy(gguf.model, case["ids"], steps)
+    assert same_tokens == tokens
+    assert max(float(np.abs(a - b).max()) for a, b in zip(same_rows, ours)) < 1e-4
+    theirs = llama_cpp_logits(smollm2_gguf, case["ids"], tokens, lora_path=converted)
+    clear = clear_steps_agree(tokens, ours, theirs)
+    print("llama.cpp with its converted adapter: {} of {} steps clear, greedy {!r}".format(
+        clear, steps, peft_dir.model.tokenizer.decode(tokens)))
+    assert clear >= steps // 2

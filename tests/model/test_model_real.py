@@ -30,17 +30,6 @@ def smollm2(smollm2_gguf):
     return Transformer.from_path(smollm2_gguf)
 
 
-@pytest.fixture(scope="module")
-def smollm2_hf(smollm2_gguf):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(smollm2_gguf), gguf_file=os.path.basename(smollm2_gguf),
-        dtype=torch.float32)
-    return model.eval()
-
-
 @pytest.mark.oracle
 def test_smollm2_logits_match_transformers_gguf_loader(smollm2, smollm2_hf):
     import torch

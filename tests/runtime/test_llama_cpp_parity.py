@@ -10,14 +10,15 @@ differ from the float32 reference (which apr matches to 1e-3, test_model_real.py
 on these prompts, the largest difference among apr's 20 most likely tokens, after removing
 the common shift (softmax ignores it), was 0.45 on SmolLM2 and 0.21 on Qwen2.5 (AMD EPYC,
 AVX-512 build). So:
-- at every step those centered logits agree within LOGIT_TOL: a kernel bug moves them by
-  units, not tenths;
+- at every step those centered logits agree within LOGIT_TOL (llama_cpp_compare): a
+  kernel bug moves them by units, not tenths;
 - at every step where apr's top-2 gap exceeds 2 * LOGIT_TOL, llama.cpp picks the same
   token, and at least half the steps are such steps. Closer calls may go either way: on
   SmolLM2 step 28 (apr's gap 0.085) llama.cpp's 8-bit activations flip the order.
 """
-import numpy as np
 import pytest
+
+from llama_cpp_compare import apr_greedy, clear_steps_agree, llama_cpp_logits
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model, pytest.mark.oracle]
 
@@ -26,39 +27,7 @@ PROMPTS = {
     "smollm2": "Explain what a CPU does.",
     "qwen": "Write a Python function that checks whether a number is prime.",
 }
-LOGIT_TOL = 0.6
-TOP = 20
 MIN_CLEAR_STEPS = STEPS // 2       # measured: 21 of 32 on SmolLM2
-
-
-def llama_cpp_logits(path, ids, continuation, **options):
-    """llama.cpp's next-token logits after `ids` and after each token of `continuation`
-    (`len(continuation)` rows, float32 `[n_vocab]`); `options` go to `Llama` (e.g.
-    `lora_path`)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    llm = llama_cpp.Llama(path, n_ctx=512, logits_all=False, verbose=False, n_threads=2,
-                          **options)
-    rows = []
-    llm.eval(ids)
-    for token in continuation:
-        rows.append(np.ctypeslib.as_array(llm._ctx.get_logits(),
-                                          shape=(llm.n_vocab(),)).copy())
-        llm.eval([token])
-    llm.close()
-    return rows
-
-
-def apr_greedy(model, ids, steps):
-    transformer = model.transformer
-    cache = transformer.new_cache(len(ids) + steps)
-    row = transformer.forward(ids, cache, last_only=True)[-1]         # [n_vocab]
-    tokens, logits = [], []
-    for _ in range(steps):
-        token = int(row.argmax())
-        tokens.append(token)
-        logits.append(row)
-        row = transformer.forward([token], cache)[-1]
-    return tokens, logits
 
 
 @pytest.mark.parametrize("name", ["smollm2", "qwen"])
@@ -72,23 +41,3 @@ def test_greedy_tokens_match_llama_cpp(name, request):
     theirs = llama_cpp_logits(path, ids, tokens)
     print(name, repr(model.tokenizer.decode(tokens)))
     assert clear_steps_agree(tokens, ours, theirs) >= MIN_CLEAR_STEPS
-
-
-def clear_steps_agree(tokens, ours, theirs):
-    """At every step llama.cpp's logits of apr's TOP likeliest tokens lie within LOGIT_TOL
-    of apr's (after removing their mean shift), and where apr's top-2 gap is over twice
-    that, llama.cpp picks apr's token. Returns how many steps were that clear."""
-    clear = 0
-    for step, (mine, ref) in enumerate(zip(ours, theirs)):
-        top = np.argsort(mine)[-TOP:]                                 # apr's likeliest
-        moved = ref[top] - mine[top]
-        worst = np.abs(moved - moved.mean()).max()
-        assert worst <= LOGIT_TOL, "step {}: llama.cpp's logits differ by {:.3f}".format(
-            step, worst)
-        gap = mine[top[-1]] - mine[top[-2]]
-        if gap > 2 * LOGIT_TOL:
-            clear += 1
-            assert int(ref.argmax()) == tokens[step], (
-                "step {}: apr {} (gap {:.3f}) vs llama.cpp {}".format(
-                    step, tokens[step], gap, int(ref.argmax())))
-    return clear

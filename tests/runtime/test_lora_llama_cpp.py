@@ -2,11 +2,12 @@
 general.type=adapter, adapter.type=lora, adapter.lora.alpha; `blk.N.<proj>.weight.lora_a`
 [r, in] and `.lora_b` [out, r]) on the real SmolLM2-135M Q4_1: apr's greedy tokens and
 logits against llama.cpp's (llama-cpp-python, `lora_path`), compared as
-test_llama_cpp_parity.py compares the bare models (same LOGIT_TOL, same clear-step rule)."""
+test_llama_cpp_parity.py compares the bare models (llama_cpp_compare: same bound, same
+clear-step rule)."""
 import pytest
 
 from lora_files import write_gguf_lora
-from test_llama_cpp_parity import apr_greedy, clear_steps_agree, llama_cpp_logits
+from llama_cpp_compare import apr_greedy, clear_steps_agree, llama_cpp_logits
 
 pytestmark = [pytest.mark.native, pytest.mark.real_model, pytest.mark.oracle]
 
