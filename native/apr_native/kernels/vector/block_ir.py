@@ -29,8 +29,9 @@ from numba import types
 from numba.core import datamodel
 from numba.extending import intrinsic, register_model
 
-from .llvm_ir import (F32, I16, I32, I8, _F16C, _PMADDWD, _const, _fmuladd, _fold_pairs, _load,
-                      _pmaddwd, _ptr, _reduce_add, _shift_mask, _splat, _vec)
+from .llvm_ir import (F32, I16, I32, I8, _F16C, _PMADDWD, _byte_pairs, _const, _fmuladd,
+                      _fold_pairs, _load, _pmaddwd, _ptr, _reduce_add, _shift_mask, _splat,
+                      _vec)
 
 
 class F32x8(types.Type):
@@ -224,6 +225,10 @@ LAYOUT_ARGS = {nib16: "i", nib16_qh: "ii", i8x32: "i", nib32: "is", nib32_hb: "i
                q6_16: "isis"}
 
 
+# layouts whose codes are signed before any offset is taken off
+SIGNED_LAYOUTS = (i8x32, q6_16)
+
+
 def _lower_args(builder, kinds, values):
     out = []
     for kind, value in zip(kinds, values):
@@ -259,6 +264,7 @@ def make_pair(layout, name: str, offset: int = 0):
     kinds = LAYOUT_ARGS[layout]
     build = _minus(offset, layout) if offset else layout
     n_extra = len(kinds)
+    signed = bool(offset) or layout in SIGNED_LAYOUTS        # codes may be negative
 
     def codes_of(context, builder, signature, args):
         w_ptr = _ptr(context, builder, signature.args[0], args[0], ir.Constant(I32, 0))
@@ -303,7 +309,11 @@ def make_pair(layout, name: str, offset: int = 0):
     def acc_codegen(context, builder, signature, args):
         x_ptr = _ptr(context, builder, signature.args[1 + n_extra], args[1 + n_extra],
                      args[2 + n_extra])
-        if _PMADDWD is not None and layout in WORD_LAYOUTS:
+        if signature.args[1 + n_extra].dtype == types.int8:
+            codes = codes_of(context, builder, signature, args)
+            sums = _byte_pairs(builder, codes, _load(builder, x_ptr, codes.type.count, I8),
+                               signed)
+        elif _PMADDWD is not None and layout in WORD_LAYOUTS:
             sums = word_sums(context, builder, signature, args, x_ptr)       # <8 x i32>
         else:
             codes = codes_of(context, builder, signature, args)
