@@ -27,8 +27,8 @@ import numpy as np
 from numba import carray, njit
 
 from .vector import atomics
-from .vector.atomics import f32_at, i16_at, i64_at, u8_at
-from .blocks.block_table import QBLOCK, quantize_x
+from .vector.atomics import f32_at, i8_at, i16_at, i64_at, u8_at
+from .blocks.block_table import QBLOCK, quantize_x, quantize_x8
 from .attention.paged_attention import run_described
 from .blocks.block_rows import dot_rows, rows_times_tokens
 from .blocks.token_rows import dot_token_rows, pair_layout
@@ -53,6 +53,9 @@ TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3,
 A_DESC = 15
 # Matvecs: activation slots of `token_rows.pair_layout` (0: one token, `quantize_x`'s layout).
 SLOTS = 29
+# One token's matvecs with int8 activation codes (`quantize_x8`) when nonzero: set once per
+# pool (`int8_dots`), read by every task.
+ACT8 = 30
 TASK_WORDS = 32
 FARG_WORDS = 4
 TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
@@ -125,6 +128,17 @@ def run_chunk(task, fargs, c):
         _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, x, tile, y, 2)
         return
     mode = 1 if slots else 0
+    if one == 1 and task[ACT8]:
+        xq8 = carray(i8_at(task[XQ]), (1, n_in))
+        if task[KIND] == TASK_DOTS:
+            _table_rows(table, a, b, xq8, xd, xs, xp, xdt, xst, unused, unused, y, 0)
+        else:
+            y_up = carray(f32_at(task[Y_UP]), (tokens, total))
+            out = carray(f32_at(task[Y_OUT]), (tokens, total))
+            _table_rows(table[0:1], a, b, xq8, xd, xs, xp, xdt, xst, unused, unused, y, 0)
+            _table_rows(table[1:2], a, b, xq8, xd, xs, xp, xdt, xst, unused, unused, y_up, 0)
+            silu_mul(y[:, a:b], y_up[:, a:b], out[:, a:b])
+        return
     if task[KIND] == TASK_DOTS:
         _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, unused, unused, y, mode)
     else:                                   # gate rows a..b into y, up rows into y_up
@@ -205,8 +219,13 @@ def _run_on(ctl, task, fargs, xq, xd, xs):
 @njit(cache=True)
 def _run_matvec(ctl, task, fargs, x):
     """`_run` a matvec over `x [T, in]` quantized (`quantize_x`, or `pair_layout`)."""
-    xq, xd, xs = quantize_x(x)
     task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
+    if x.shape[0] == 1 and task[ACT8]:
+        xq8, xd8, xs8 = quantize_x8(x)
+        task[SLOTS] = 0
+        _run_on(ctl, task, fargs, xq8, xd8, xs8)
+        return
+    xq, xd, xs = quantize_x(x)
     if x.shape[0] > 1:
         xp, xdt, xst = pair_layout(xq, xd, xs)
         task[SLOTS] = xdt.shape[1]
@@ -279,12 +298,33 @@ def attention(ctl, task, fargs, desc, scale, chunks, items, parts, q, k_bytes, v
     _run(ctl, task, fargs)
 
 
+DOTS_ENV = "APR_DOTS"
+
+
+def int8_dots() -> bool:
+    """Whether one token's matvecs take int8 activation codes: $APR_DOTS "int8" or "exact"
+    (int16 codes, the exact path); unset: int8 where the kernels are compiled for AVX2
+    without AVX-512 (`apr_native.isa`), the level where it was measured faster (decode
+    dots 1.3-1.9x per block on one thread) with next-token KL to the exact path no larger
+    than llama.cpp's; AVX-512 hosts keep the exact path until measured there."""
+    from .. import isa
+    wanted = os.environ.get(DOTS_ENV, "").strip().lower()
+    if wanted in ("int8", "exact"):
+        return wanted == "int8"
+    if wanted:
+        from apr_core.errors import AprError, ErrorCode
+        raise AprError(ErrorCode.ARGUMENT, "{} must be int8 or exact".format(DOTS_ENV),
+                       value=wanted)
+    return isa.has("avx2") and not isa.has("avx512bw")
+
+
 class Pool:
     """`workers` spinning threads and the control words and descriptor they share."""
 
     def __init__(self, workers: int, wait: bool = True) -> None:
         self.ctl = np.zeros(CTL_WORDS, np.int64)
         self.task = np.zeros(TASK_WORDS, np.int64)
+        self.task[ACT8] = int8_dots()
         self.fargs = np.zeros(FARG_WORDS, np.float64)
         self.shared = (self.ctl, self.task, self.fargs)     # every task entry's first three
         self.threads: List[threading.Thread] = [threading.Thread(
