@@ -26,6 +26,11 @@ def main() -> int:
     parser.add_argument("--isa", default="native",
                         help="instruction level of apr's kernels and llama.cpp's libraries "
                              "(see apr_native.isa)")
+    parser.add_argument("--dots", choices=("default", "both"), default="default",
+                        help="both: apr's weights kept quantized, once with the exact one-token "
+                             "dots (int16 activations) and once with int8 activations "
+                             "(APR_DOTS; pool.int8_dots), in place of the quantized and dense "
+                             "runs")
     args = parser.parse_args()
     # Must be set before numpy loads OpenBLAS.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "APR_THREADS"):
@@ -41,9 +46,15 @@ def main() -> int:
     path = str(locate(args.model))
     prompt = [1, 504, 3458, 282, 4649, 314, 28, 253]
     rates = {}
-    for label, dense in (("apr quantized", False), ("apr dense", True)):
+    runs = ((("apr quantized", False, None), ("apr dense", True, None))
+            if args.dots == "default" else
+            (("apr exact dots", False, 0), ("apr int8 dots", False, 1)))
+    for label, dense, act8 in runs:
         engine = load_engine(path, EngineOptions(dequantize=dense), with_tokenizer=False)
         model, label = engine.transformer, "{} ({})".format(label, engine.backend)
+        if act8 is not None:
+            from apr_native.kernels import pool
+            pool.get().task[pool.ACT8] = act8
         model.forward(prompt[:2])                                   # warm up BLAS
         start = time.perf_counter()
         out = generate(model, prompt, max_tokens=args.tokens)
