@@ -26,7 +26,7 @@ MAIN_ONLY = ("native", "real_model")
 NATIVE_FOLDERS = ("native", "cli", "server")
 _DESELECTED = []
 # Most kernel tests hold the exact paths (int16 activation codes) to numpy's bounds; the
-# int8 decode dots that AVX2 hosts get by default (`apr_native.kernels.pool.int8_dots`)
+# int8 decode dots that AVX2 hosts get by default (`apr_native.isa.int8_dots`)
 # have tests of their own (tests/native/test_int8_*.py), which turn them on per pool.
 os.environ.setdefault("APR_DOTS", "exact")
 

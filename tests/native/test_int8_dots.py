@@ -1,4 +1,4 @@
-"""The int8-activation decode dots (`pool.int8_dots`: one token's matvecs on AVX2 hosts,
+"""The int8-activation decode dots (`isa.int8_dots`: one token's matvecs on AVX2 hosts,
 $APR_DOTS=exact opts out) against their numpy replay (int8_replay.py), bit for bit, on
 synthetic blocks of the types apr's real models use most (Q4_K, Q6_K, Q8_0, Q4_0, Q4_1):
 the kernel alone, and one token's matvec through a pool that has the int8 path on. The
@@ -13,6 +13,7 @@ pytest.importorskip("numba")
 from apr_core import dtypes                                      # noqa: E402
 from apr_core.errors import AprError                             # noqa: E402
 from apr_core.quant.api import quantize                          # noqa: E402
+from apr_native import isa                                        # noqa: E402
 from apr_native.kernels import cpu, pool                         # noqa: E402
 from apr_native.kernels.blocks.block_rows import dot_rows        # noqa: E402
 from apr_native.kernels.blocks.block_table import BLOCKS, quantize_x8  # noqa: E402
@@ -78,10 +79,10 @@ def test_one_token_matvec_on_an_int8_pool_equals_the_replay(threads):
 
 
 def test_selection(monkeypatch):
-    monkeypatch.setenv(pool.DOTS_ENV, "exact")
-    assert not pool.int8_dots()
-    monkeypatch.setenv(pool.DOTS_ENV, "int8")
-    assert pool.int8_dots()
-    monkeypatch.setenv(pool.DOTS_ENV, "fast")
+    monkeypatch.setenv(isa.DOTS_ENV, "exact")
+    assert not isa.int8_dots()
+    monkeypatch.setenv(isa.DOTS_ENV, "int8")
+    assert isa.int8_dots()
+    monkeypatch.setenv(isa.DOTS_ENV, "fast")
     with pytest.raises(AprError):
-        pool.int8_dots()
+        isa.int8_dots()

@@ -1,4 +1,4 @@
-"""Quality of the int8-activation decode dots (`pool.int8_dots`) on both real models, held
+"""Quality of the int8-activation decode dots (`isa.int8_dots`) on both real models, held
 to the browser relaxed kernels' test (wasm_tests/test_browser_quant_models.py): at every
 position of the prompt, decoded one token at a time (the path int8 codes take), the
 next-token distribution is no further (KL) from apr's exact path (int16 codes) than

@@ -43,7 +43,7 @@ XMAX = 32767.0
 
 # Int8 activation codes (`quantize_x8`): one token's matvecs on AVX2 hosts, where a byte
 # dot (pmaddubsw, 32 pairs per instruction) reads half the activation bytes of the int16
-# one (`pool.int8_dots`). |code| <= 127, so pmaddubsw's int16 pair sums never saturate.
+# one (`isa.int8_dots`). |code| <= 127, so pmaddubsw's int16 pair sums never saturate.
 XMAX8 = 127.0
 
 
