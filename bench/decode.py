@@ -26,6 +26,11 @@ def main() -> int:
     parser.add_argument("--isa", default="native",
                         help="instruction level of apr's kernels and llama.cpp's libraries "
                              "(see apr_native.isa)")
+    parser.add_argument("--dots", choices=("default", "both"), default="default",
+                        help="both: apr's weights kept quantized, once with the exact one-token "
+                             "dots (int16 activations) and once with int8 activations "
+                             "(APR_DOTS; pool.int8_dots), in place of the quantized and dense "
+                             "runs")
     args = parser.parse_args()
     # Must be set before numpy loads OpenBLAS.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "APR_THREADS"):
@@ -40,14 +45,23 @@ def main() -> int:
     from apr_native.engine import EngineOptions, load_engine
     path = str(locate(args.model))
     prompt = [1, 504, 3458, 282, 4649, 314, 28, 253]
-    rates = {}
-    for label, dense in (("apr quantized", False), ("apr dense", True)):
+    rates, cpu_rates = {}, {}
+    runs = ((("apr quantized", False, None), ("apr dense", True, None))
+            if args.dots == "default" else
+            (("apr exact dots", False, 0), ("apr int8 dots", False, 1)))
+    if args.dots == "both" and os.environ.get("BENCH_SWAP"):       # the other order
+        runs = runs[::-1]
+    for label, dense, act8 in runs:
         engine = load_engine(path, EngineOptions(dequantize=dense), with_tokenizer=False)
         model, label = engine.transformer, "{} ({})".format(label, engine.backend)
+        if act8 is not None:
+            from apr_native.kernels import pool
+            pool.get().task[pool.ACT8] = act8
         model.forward(prompt[:2])                                   # warm up BLAS
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         out = generate(model, prompt, max_tokens=args.tokens)
         rates[label] = len(out) / (time.perf_counter() - start)
+        cpu_rates[label] = len(out) / (time.thread_time() - cpu)
         del model
     try:
         import llama_cpp
@@ -57,17 +71,22 @@ def main() -> int:
         llm = llama_cpp.Llama(path, n_ctx=256, n_threads=args.threads, verbose=False)
         llm.eval(prompt[:2])                                        # warm up
         llm.reset()                      # empty cache: generate() evaluates the whole prompt
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         count = 0
         for _ in llm.generate(prompt, temp=0.0, reset=True):
             count += 1
             if count == args.tokens:
                 break
         rates["llama.cpp"] = count / (time.perf_counter() - start)
+        cpu_rates["llama.cpp"] = count / (time.thread_time() - cpu)
     for label, rate in rates.items():
         line = "{:14s} {:7.2f} tok/s".format(label, rate)
         if "llama.cpp" in rates and label != "llama.cpp":
             line += "   ({:.3f}x llama.cpp)".format(rate / rates["llama.cpp"])
+        if args.threads == 1:
+            # the calling thread's CPU time (both runtimes compute on it at one thread):
+            # what a token costs when other jobs share the cores
+            line += "   cpu-time {:7.2f} tok/s".format(cpu_rates[label])
         print(line)
     return 0
 

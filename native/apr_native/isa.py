@@ -128,6 +128,24 @@ def has(feature: str) -> bool:
     return name == NATIVE or feature in LEVELS[name].features
 
 
+DOTS_ENV = "APR_DOTS"
+
+
+def int8_dots() -> bool:
+    """Whether one token's matvecs take int8 activation codes: $APR_DOTS "int8" or "exact"
+    (int16 codes, the exact path); unset: int8 where the kernels are compiled for AVX2
+    without AVX-512 (`has`), the level where it was measured faster (decode
+    dots 1.3-1.9x per block on one thread) with next-token KL to the exact path no larger
+    than llama.cpp's; AVX-512 hosts keep the exact path until measured there."""
+    wanted = os.environ.get(DOTS_ENV, "").strip().lower()
+    if wanted in ("int8", "exact"):
+        return wanted == "int8"
+    if wanted:
+        raise AprError(ErrorCode.ARGUMENT, "{} must be int8 or exact".format(DOTS_ENV),
+                       value=wanted)
+    return has("avx2") and not has("avx512bw")
+
+
 def apply() -> str:
     """Point numba at the requested level (before it compiles anything) and return the
     level's name. An explicit NUMBA_CPU_NAME of the user's is left alone under "native"."""

@@ -4,8 +4,9 @@ chunks that whichever thread is free takes, the calling thread included.
 Why not numba's OpenMP regions, and how workers wait and claim chunks: kernels/README.md.
 
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
-(`block_rows.dot_rows` for one token, `token_rows.dot_token_rows` for several; one weight,
-or several sharing an input, their rows concatenated in `y`); TASK_GLU, gate and up rows
+(int8 for one token where `ACT8` is set; `blocks.table_rows`: `block_rows.dot_rows` for one
+token, `token_rows.dot_token_rows` for several; one weight, or several sharing an input,
+their rows concatenated in `y`); TASK_GLU, gate and up rows
 and SiLU(gate) * up over the same row range;
 TASK_PRODUCTS, rows dequantized and multiplied with many tokens' float activations
 (prefill, `block_rows.rows_times_tokens`); TASK_ATTENTION, the items (KV head, query
@@ -26,12 +27,14 @@ import numba
 import numpy as np
 from numba import carray, njit
 
+from .. import isa
 from .vector import atomics
-from .vector.atomics import f32_at, i16_at, i64_at, u8_at
-from .blocks.block_table import QBLOCK, quantize_x
+from .vector.atomics import f32_at, i8_at, i16_at, i64_at
+from .blocks.block_table import QBLOCK, quantize_x, quantize_x8
 from .attention.paged_attention import run_described
-from .blocks.block_rows import dot_rows, rows_times_tokens
-from .blocks.token_rows import dot_token_rows, pair_layout
+from .blocks.table_rows import (T_ADDRESS, T_BLOCKS, T_KIND, T_ROW_BYTES, T_ROWS,  # noqa: F401
+                                TABLE_COLUMNS, table_rows as _table_rows)
+from .blocks.token_rows import pair_layout
 from .vector.fastexp import silu_mul
 
 # Control words, a cache line (8 int64) apart: waiting threads read GEN and NEXT, so each
@@ -53,14 +56,11 @@ TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3,
 A_DESC = 15
 # Matvecs: activation slots of `token_rows.pair_layout` (0: one token, `quantize_x`'s layout).
 SLOTS = 29
+ACT8 = 30        # nonzero: one token's matvecs take int8 codes (`quantize_x8`, `isa.int8_dots`)
 TASK_WORDS = 32
 FARG_WORDS = 4
 TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
 
-# Weight table columns (one row per weight): block kind, address, rows, blocks per row,
-# bytes per row.
-T_KIND, T_ADDRESS, T_ROWS, T_BLOCKS, T_ROW_BYTES = range(5)
-TABLE_COLUMNS = 5
 
 # Waiting: SPIN paused reads (~0.1 ms), then PATIENCE reads with a sched_yield between
 # (~1 ms on a quiet core), then a poll every SLEEP_US.
@@ -70,31 +70,6 @@ START_TIMEOUT_S = 30.0
 # Chunking: at least this many weight bytes per chunk (a claim costs ~0.1 us, a 16 KB
 # chunk ~2 us), at most this many chunks per thread (more even out a slow thread).
 CHUNK_MIN_BYTES, CHUNKS_PER_THREAD = 16 << 10, 8
-
-
-@njit(cache=True)
-def _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, x, tile, y, mode):
-    """Rows `a..b-1` of the weights of `table` concatenated, into the same columns of `y`:
-    mode 0 integer dots with `xq, xd, xs` (`block_rows.dot_rows`), 1 with the pair layout
-    `xp, xdt, xst` (`token_rows.dot_token_rows`), 2 float products of dequantized rows with
-    `x` (`block_rows.rows_times_tokens`, `tile` scratch)."""
-    first = 0
-    for g in range(table.shape[0]):
-        rows, row_bytes = table[g, T_ROWS], table[g, T_ROW_BYTES]
-        last = first + rows
-        lo, hi = max(a, first), min(b, last)
-        if lo < hi:
-            w = carray(u8_at(table[g, T_ADDRESS]), rows * row_bytes)
-            if mode == 2:
-                rows_times_tokens(table[g, T_KIND], w, 0, lo - first, hi - first,
-                                  table[g, T_BLOCKS], row_bytes, x, y, lo, tile)
-            elif mode == 1:
-                dot_token_rows(table[g, T_KIND], w, 0, lo - first, hi - first,
-                               table[g, T_BLOCKS], row_bytes, xp, xdt, xst, y, lo)
-            else:
-                dot_rows(table[g, T_KIND], w, 0, lo - first, hi - first, table[g, T_BLOCKS],
-                         row_bytes, xq, xd, xs, y, lo)
-        first = last
 
 
 @njit(cache=True)
@@ -124,10 +99,20 @@ def run_chunk(task, fargs, c):
         tile = np.empty((4, n_in), np.float32)                     # [4, in], L1-resident
         _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, x, tile, y, 2)
         return
-    mode = 1 if slots else 0
+    if one == 1 and task[ACT8]:                     # one token's int8 codes (`ACT8`)
+        _dots_or_glu(task, table, a, b, carray(i8_at(task[XQ]), (1, n_in)), xd, xs, xp, xdt,
+                     xst, unused, y, 0)
+    else:
+        _dots_or_glu(task, table, a, b, xq, xd, xs, xp, xdt, xst, unused, y, 1 if slots else 0)
+
+
+@njit(cache=True)
+def _dots_or_glu(task, table, a, b, xq, xd, xs, xp, xdt, xst, unused, y, mode):
+    """Rows `a..b-1` of a TASK_DOTS or TASK_GLU task (`_table_rows` mode 0 or 1)."""
     if task[KIND] == TASK_DOTS:
         _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, unused, unused, y, mode)
     else:                                   # gate rows a..b into y, up rows into y_up
+        tokens, total = y.shape[0], task[WORK]
         y_up = carray(f32_at(task[Y_UP]), (tokens, total))
         out = carray(f32_at(task[Y_OUT]), (tokens, total))
         _table_rows(table[0:1], a, b, xq, xd, xs, xp, xdt, xst, unused, unused, y, mode)
@@ -205,8 +190,13 @@ def _run_on(ctl, task, fargs, xq, xd, xs):
 @njit(cache=True)
 def _run_matvec(ctl, task, fargs, x):
     """`_run` a matvec over `x [T, in]` quantized (`quantize_x`, or `pair_layout`)."""
-    xq, xd, xs = quantize_x(x)
     task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
+    if x.shape[0] == 1 and task[ACT8]:
+        xq8, xd8, xs8 = quantize_x8(x)
+        task[SLOTS] = 0
+        _run_on(ctl, task, fargs, xq8, xd8, xs8)
+        return
+    xq, xd, xs = quantize_x(x)
     if x.shape[0] > 1:
         xp, xdt, xst = pair_layout(xq, xd, xs)
         task[SLOTS] = xdt.shape[1]
@@ -285,6 +275,7 @@ class Pool:
     def __init__(self, workers: int, wait: bool = True) -> None:
         self.ctl = np.zeros(CTL_WORDS, np.int64)
         self.task = np.zeros(TASK_WORDS, np.int64)
+        self.task[ACT8] = isa.int8_dots()
         self.fargs = np.zeros(FARG_WORDS, np.float64)
         self.shared = (self.ctl, self.task, self.fargs)     # every task entry's first three
         self.threads: List[threading.Thread] = [threading.Thread(

@@ -73,9 +73,8 @@ def _q6_run(w, ro, b, h, k, xq, t, xo, sc, acc):
     qh = p + 128 + 32 * h
     g = 8 * h + 2 * k
     e = b * 256 + 128 * h + 32 * k
-    acc = block_ir.acc_q6_k(w, ql, 4 * (k >> 1), qh, 2 * k, xq, xo + e, sc[g], acc)
-    return block_ir.acc_q6_k(w, ql + 16, 4 * (k >> 1), qh + 16, 2 * k, xq, xo + e + 16,
-                             sc[g + 1], acc)
+    return block_ir.acc_q6_k_run(w, ql, 4 * (k >> 1), qh, 2 * k, xq, xo + e, sc[g], sc[g + 1],
+                                 acc)
 
 
 @njit(cache=True)

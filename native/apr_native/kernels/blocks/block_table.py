@@ -41,12 +41,24 @@ def f16(w, o):
 XMAX = 32767.0
 
 
+# Int8 activation codes (`quantize_x8`): one token's matvecs on AVX2 hosts, where a byte
+# dot (pmaddubsw, 32 pairs per instruction) reads half the activation bytes of the int16
+# one (`isa.int8_dots`). |code| <= 127, so pmaddubsw's int16 pair sums never saturate.
+XMAX8 = 127.0
+
+
 @njit(cache=True)
 def quantize_activations(x, xq, xd, xs):
+    """`quantize_runs` with int16 codes (scale amax / 32767)."""
+    quantize_runs(x, xq, xd, xs, np.float32(XMAX))
+
+
+@njit(cache=True)
+def quantize_runs(x, xq, xd, xs, xmax):
     """`x [T, n]` f32 -> int16 codes `xq [T, n]`, scales `xd [T, n/32]` f32 and run sums
     `xs [T, n/32]` f32 (the scale times the sum of the run's codes: what a block's min or
     offset term multiplies, computed once here instead of in every weight row), so that
-    x ~= xd * xq per run of 32 (scale amax / 32767, round half away from zero)."""
+    x ~= xd * xq per run of 32 (scale amax / xmax, round half away from zero)."""
     t_count, n = x.shape
     for t in range(t_count):
         for b in range(n // QBLOCK):
@@ -56,7 +68,7 @@ def quantize_activations(x, xq, xd, xs):
                 a = abs(x[t, base + j])
                 if a > amax:
                     amax = a
-            d = amax / np.float32(XMAX)
+            d = amax / xmax
             inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
             total = 0
             for j in range(QBLOCK):
@@ -78,4 +90,15 @@ def quantize_x(x):
     xd = np.empty((t_count, n // QBLOCK), np.float32)
     xs = np.empty((t_count, n // QBLOCK), np.float32)
     quantize_activations(x, xq, xd, xs)
+    return xq, xd, xs
+
+
+@njit(cache=True)
+def quantize_x8(x):
+    """`quantize_x` with int8 codes (scale amax / 127, `XMAX8`)."""
+    t_count, n = x.shape
+    xq = np.empty((t_count, n), np.int8)
+    xd = np.empty((t_count, n // QBLOCK), np.float32)
+    xs = np.empty((t_count, n // QBLOCK), np.float32)
+    quantize_runs(x, xq, xd, xs, np.float32(XMAX8))
     return xq, xd, xs

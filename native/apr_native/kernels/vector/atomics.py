@@ -134,6 +134,7 @@ def _pointer_intrinsic(dtype):
 
 # address -> typed pointer, for `numba.carray(pointer, shape)`
 u8_at = _pointer_intrinsic(types.uint8)
+i8_at = _pointer_intrinsic(types.int8)
 i16_at = _pointer_intrinsic(types.int16)
 i32_at = _pointer_intrinsic(types.int32)
 i64_at = _pointer_intrinsic(types.int64)

@@ -29,8 +29,9 @@ from numba import types
 from numba.core import datamodel
 from numba.extending import intrinsic, register_model
 
-from .llvm_ir import (F32, I16, I32, I8, _F16C, _PMADDWD, _const, _fmuladd, _fold_pairs, _load,
-                      _pmaddwd, _ptr, _reduce_add, _shift_mask, _splat, _vec)
+from .llvm_ir import (F32, I16, I32, I8, _F16C, _PMADDWD, _byte_pairs, _const, _fmuladd,
+                      _fold_pairs, _load, _pmaddwd, _ptr, _reduce_add, _shift_mask, _splat,
+                      _vec)
 
 
 class F32x8(types.Type):
@@ -224,6 +225,10 @@ LAYOUT_ARGS = {nib16: "i", nib16_qh: "ii", i8x32: "i", nib32: "is", nib32_hb: "i
                q6_16: "isis"}
 
 
+# layouts whose codes are signed before any offset is taken off
+SIGNED_LAYOUTS = (i8x32, q6_16)
+
+
 def _lower_args(builder, kinds, values):
     out = []
     for kind, value in zip(kinds, values):
@@ -259,6 +264,7 @@ def make_pair(layout, name: str, offset: int = 0):
     kinds = LAYOUT_ARGS[layout]
     build = _minus(offset, layout) if offset else layout
     n_extra = len(kinds)
+    signed = bool(offset) or layout in SIGNED_LAYOUTS        # codes may be negative
 
     def codes_of(context, builder, signature, args):
         w_ptr = _ptr(context, builder, signature.args[0], args[0], ir.Constant(I32, 0))
@@ -303,7 +309,11 @@ def make_pair(layout, name: str, offset: int = 0):
     def acc_codegen(context, builder, signature, args):
         x_ptr = _ptr(context, builder, signature.args[1 + n_extra], args[1 + n_extra],
                      args[2 + n_extra])
-        if _PMADDWD is not None and layout in WORD_LAYOUTS:
+        if signature.args[1 + n_extra].dtype == types.int8:
+            codes = codes_of(context, builder, signature, args)
+            sums = _byte_pairs(builder, codes, _load(builder, x_ptr, codes.type.count, I8),
+                               signed)
+        elif _PMADDWD is not None and layout in WORD_LAYOUTS:
             sums = word_sums(context, builder, signature, args, x_ptr)       # <8 x i32>
         else:
             codes = codes_of(context, builder, signature, args)
@@ -326,3 +336,39 @@ dot_q8_0, deq_q8_0, acc_q8_0 = make_pair(i8x32, "q8_0")
 dot_q4_k, deq_q4_k, acc_q4_k = make_pair(nib32, "q4_k")
 dot_q5_k, deq_q5_k, acc_q5_k = make_pair(nib32_hb, "q5_k")
 dot_q6_k, deq_q6_k, acc_q6_k = make_pair(q6_16, "q6_k")
+
+
+@intrinsic
+def acc_q6_k_run(typingctx, w, ql, shift, qh, hshift, xq, xo, s0, s1, acc):
+    """A 32-element run of Q6_K (elements from the ql bytes at `ql`, the qh bytes at `qh`,
+    two 16-element groups scaled by `s0`, `s1`) accumulated into `acc` like `acc_q6_k`.
+
+    int16 activations: `acc_q6_k` on each group (the same IR). int8: the 32 codes in one
+    vector, `_byte_pairs` (lanes 0-3 hold the first group's sums, 4-7 the second's) and
+    one FMA by the scales (s0 x4, s1 x4): half the instructions of two 16-element dots."""
+    def codegen(context, builder, signature, args):
+        w_, ql_, shift_, qh_, hshift_, xq_, xo_, s0_, s1_, acc_ = args
+        w_ptr = _ptr(context, builder, signature.args[0], w_, ir.Constant(I32, 0))
+        sh, hsh = builder.trunc(shift_, I8), builder.trunc(hshift_, I8)
+        x_ptr = _ptr(context, builder, signature.args[5], xq_, xo_)
+        scales = [context.cast(builder, v, t, types.float32)
+                  for v, t in ((s0_, signature.args[7]), (s1_, signature.args[8]))]
+        if signature.args[5].dtype == types.int8:
+            low = _shift_mask(builder, _load(builder, builder.gep(w_ptr, [ql_]), 32), sh, 15)
+            high = _shift_mask(builder, _load(builder, builder.gep(w_ptr, [qh_]), 32), hsh, 3)
+            codes = builder.sub(builder.or_(low, builder.shl(high, _const(I8, [4] * 32))),
+                                _const(I8, [32] * 32))
+            sums = _byte_pairs(builder, codes, _load(builder, x_ptr, 32, I8), True)
+            lo, hi = _splat(builder, scales[0], 8), _splat(builder, scales[1], 8)
+            s = builder.shuffle_vector(lo, hi, _const(I32, [0, 1, 2, 3, 12, 13, 14, 15]))
+            return _fmuladd(builder, builder.sitofp(sums, _vec(F32, 8)), s, acc_)
+        for half in range(2):
+            step = ir.Constant(ql_.type, 16 * half)
+            codes = q6_16(builder, w_ptr, (builder.add(ql_, step), sh,
+                                           builder.add(qh_, step), hsh))
+            x = _load(builder, builder.gep(x_ptr, [ir.Constant(I32, 16 * half)]), 16, I16)
+            sums = _fold_pairs(builder, codes, x)
+            acc_ = _fmuladd(builder, builder.sitofp(sums, _vec(F32, 8)),
+                            _splat(builder, scales[half], 8), acc_)
+        return acc_
+    return f32x8(w, ql, shift, qh, hshift, xq, xo, s0, s1, acc), codegen

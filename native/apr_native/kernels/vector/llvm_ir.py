@@ -97,6 +97,47 @@ def _host_has(feature: str) -> bool:
 _PMADDWD = "llvm.x86.avx2.pmadd.wd" if _host_has("avx2") else None
 
 
+# The AVX2 byte dots (int8 activations, `block_ir`'s acc over `int8` codes): pmaddubsw
+# multiplies unsigned by signed bytes into int16 pair sums, psignb moves signed codes' signs
+# onto the activations.
+_BYTE_DOTS = _host_has("avx2")
+
+
+def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, args) -> ir.Value:
+    fn = builder.module.globals.get(name) or ir.Function(
+        builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, list(args))
+
+
+def _byte_pairs(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value, signed: bool) -> ir.Value:
+    """`<n x i8>` codes (n = 32 or 16; non-negative unless `signed`) times `<n x i8>`
+    activations (|x| <= 127) folded to `<8 x i32>`: for n = 32 lane j holds elements
+    4j..4j+3, for n = 16 elements 2j, 2j+1 (exact: |code| <= 128 keeps pmaddubsw's int16
+    pair sums below saturation). AVX2: psignb (signed codes) + pmaddubsw + pmaddwd by
+    ones (n = 32) or a sign extension (n = 16); elsewhere the same sums in generic IR."""
+    n = codes.type.count
+    if _BYTE_DOTS:
+        sfx = "avx2" if n == 32 else "ssse3"
+        tail = "" if n == 32 else ".128"
+        if signed:
+            x = _x86(builder, "llvm.x86.{}.psign.b{}".format(sfx, tail), codes.type, [x, codes])
+            codes = _x86(builder, "llvm.x86.{}.psign.b{}".format(sfx, tail), codes.type,
+                         [codes, codes])
+        p16 = _x86(builder, "llvm.x86.{}.pmadd.ub.sw{}".format(sfx, tail), _vec(I16, n // 2),
+                   [codes, x])
+        if n == 32:
+            return _pmaddwd(builder, p16, _const(I16, [1] * 16))
+        return builder.sext(p16, _vec(I32, 8))
+    ext = builder.sext if signed else builder.zext
+    prod = builder.mul(ext(codes, _vec(I32, n)), builder.sext(x, _vec(I32, n)))
+    step = n // 8
+    total = None
+    for k in range(step):
+        part = builder.shuffle_vector(prod, prod, _const(I32, range(k, n, step)))
+        total = part if total is None else builder.add(total, part)
+    return total
+
+
 def _asm_ready() -> bool:
     """Inline assembly needs the native asm parser, which numba does not load."""
     try:

@@ -1,0 +1,88 @@
+"""The int8-activation decode dots (`isa.int8_dots`: one token's matvecs on AVX2 hosts,
+$APR_DOTS=exact opts out) against their numpy replay (int8_replay.py), bit for bit, on
+synthetic blocks of the types apr's real models use most (Q4_K, Q6_K, Q8_0, Q4_0, Q4_1):
+the kernel alone, and one token's matvec through a pool that has the int8 path on. The
+quality test (next-token KL to the exact path no larger than llama.cpp's) is
+test_int8_quality.py.
+"""
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from apr_core import dtypes                                      # noqa: E402
+from apr_core.errors import AprError                             # noqa: E402
+from apr_core.quant.api import quantize                          # noqa: E402
+from apr_native import isa                                        # noqa: E402
+from apr_native.kernels import cpu, pool                         # noqa: E402
+from apr_native.kernels.blocks.block_rows import dot_rows        # noqa: E402
+from apr_native.kernels.blocks.block_table import BLOCKS, quantize_x8  # noqa: E402
+
+import int8_replay                                               # noqa: E402
+
+pytestmark = pytest.mark.native
+TYPES = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1")
+SHAPE = (11, 512)
+
+
+def _weight(name, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(SHAPE).astype(np.float32)
+    values[0, :40] = 0.0                         # a zero run: scale-0 paths
+    values[-1] *= 1e-3                           # tiny scales
+    data = np.frombuffer(quantize(values, dtypes.BY_NAME[name]), np.uint8)
+    x = rng.standard_normal((1, SHAPE[1])).astype(np.float32)
+    x[0, :32] *= 40.0                            # a loud run
+    x[0, 64:96] = 0.0                            # a silent run
+    return data, x
+
+
+def test_int8_quantizer_equals_the_replay():
+    x = np.random.default_rng(1).standard_normal((1, 256)).astype(np.float32) * 3
+    x[0, 32:64] = 0.0
+    xq, xd, xs = quantize_x8(x)
+    want = int8_replay.quantize8(x[0])
+    assert np.array_equal(xq[0], want[0])
+    assert np.abs(xq).max() <= 127
+    assert np.array_equal(xd[0].view(np.uint32), want[1].view(np.uint32))
+    assert np.array_equal(xs[0].view(np.uint32), want[2].view(np.uint32))
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_int8_dots_equal_the_replay(name):
+    data, x = _weight(name, seed=len(name) + ord(name[1]))
+    kind, block, size = BLOCKS[name]
+    nb = SHAPE[1] // block
+    xq, xd, xs = quantize_x8(x)
+    y = np.empty((1, SHAPE[0]), np.float32)
+    dot_rows(kind, data, 0, 0, SHAPE[0], nb, nb * size, xq, xd, xs, y, 0)
+    want = int8_replay.matvec(name, data, SHAPE[0], x[0])
+    assert np.array_equal(y[0].view(np.uint32), want.view(np.uint32)), np.abs(y[0] - want).max()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_token_matvec_on_an_int8_pool_equals_the_replay(threads):
+    workers = pool.Pool(threads - 1)
+    workers.task[pool.ACT8] = 1
+    before = pool.bind(workers)
+    try:
+        for name in ("Q4_K", "Q6_K"):
+            data, x = _weight(name, seed=7)
+            kind, nb, row_bytes = cpu.layout(name, SHAPE)
+            got = np.empty((1, SHAPE[0]), np.float32)
+            pool.dots_one(*workers.shared, kind, data, SHAPE[0], nb, row_bytes, x, got, 5)
+            want = int8_replay.matvec(name, data, SHAPE[0], x[0])
+            assert np.array_equal(got[0].view(np.uint32), want.view(np.uint32))
+    finally:
+        pool.bind(before)
+        workers.stop()
+
+
+def test_selection(monkeypatch):
+    monkeypatch.setenv(isa.DOTS_ENV, "exact")
+    assert not isa.int8_dots()
+    monkeypatch.setenv(isa.DOTS_ENV, "int8")
+    assert isa.int8_dots()
+    monkeypatch.setenv(isa.DOTS_ENV, "fast")
+    with pytest.raises(AprError):
+        isa.int8_dots()
