@@ -119,7 +119,8 @@ def main():
             cold_peer = "llama-cpp-python {} {} tokens".format(name, COLD_TOKENS)
             commands.append((cold_label, ["cold", APR, "run", path, QUESTION, "-n",
                                           str(COLD_TOKENS)]))
-            commands.append((cold_peer, [sys.executable, "-c", LLAMA_CPP_TOKENS, path,
+            commands.append((cold_peer, [sys.executable, "-c",
+                                         LLAMA_CPP_TOKENS.format(threads=args.threads), path,
                                          QUESTION, str(COLD_TOKENS)]))
             peers[cold_label] = cold_peer
     measure(commands, 1)                # warm-up: page cache, compiled-module caches
