@@ -25,10 +25,11 @@ MAIN_ONLY = ("native", "real_model")
 # test folders of apr_native (kernels, CLI, server): the main Python only, by construction
 NATIVE_FOLDERS = ("native", "cli", "server")
 _DESELECTED = []
-# Most kernel tests hold the exact paths (int16 activation codes) to numpy's bounds; the
-# int8 decode dots that AVX2 hosts get by default (`apr_native.isa.int8_dots`)
-# have tests of their own (tests/native/test_int8_*.py), which turn them on per pool.
-os.environ.setdefault("APR_DOTS", "exact")
+# The kernel tests hold the exact paths (int16 activation codes, the default) to numpy's
+# bounds, also where a developer's shell opts in to the int8 decode dots
+# (`apr_native.isa.int8_dots`); those have tests of their own (tests/native/test_int8_*.py),
+# which turn them on per pool.
+os.environ["APR_DOTS"] = "exact"
 
 
 def _marked_native(path):

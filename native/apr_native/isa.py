@@ -132,18 +132,19 @@ DOTS_ENV = "APR_DOTS"
 
 
 def int8_dots() -> bool:
-    """Whether one token's matvecs take int8 activation codes: $APR_DOTS "int8" or "exact"
-    (int16 codes, the exact path); unset: int8 where the kernels are compiled for AVX2
-    without AVX-512 (`has`), the level where it was measured faster (decode
-    dots 1.3-1.9x per block on one thread) with next-token KL to the exact path no larger
-    than llama.cpp's; AVX-512 hosts keep the exact path until measured there."""
+    """Whether one token's matvecs take int8 activation codes: $APR_DOTS "int8" (opt in) or
+    "exact" (int16 codes, the default). Not the default anywhere: on the AVX2 level they are
+    1.1-1.6x faster per block on one thread and their next-token KL to the exact path is
+    below llama.cpp's, but they flip the demo's near-tie first answer token (SmolLM2, "What
+    is the capital of France?": "L'Étoile ..." instead of "Paris", as llama.cpp's int8
+    activations do), and end to end they measured within the noise of the exact dots."""
     wanted = os.environ.get(DOTS_ENV, "").strip().lower()
     if wanted in ("int8", "exact"):
         return wanted == "int8"
     if wanted:
         raise AprError(ErrorCode.ARGUMENT, "{} must be int8 or exact".format(DOTS_ENV),
                        value=wanted)
-    return has("avx2") and not has("avx512bw")
+    return False
 
 
 def apply() -> str:

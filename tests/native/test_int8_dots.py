@@ -1,5 +1,5 @@
-"""The int8-activation decode dots (`isa.int8_dots`: one token's matvecs on AVX2 hosts,
-$APR_DOTS=exact opts out) against their numpy replay (int8_replay.py), bit for bit, on
+"""The int8-activation decode dots (`isa.int8_dots`: one token's matvecs when
+$APR_DOTS=int8 opts in) against their numpy replay (int8_replay.py), bit for bit, on
 synthetic blocks of the types apr's real models use most (Q4_K, Q6_K, Q8_0, Q4_0, Q4_1):
 the kernel alone, and one token's matvec through a pool that has the int8 path on. The
 quality test (next-token KL to the exact path no larger than llama.cpp's) is
@@ -79,6 +79,8 @@ def test_one_token_matvec_on_an_int8_pool_equals_the_replay(threads):
 
 
 def test_selection(monkeypatch):
+    monkeypatch.delenv(isa.DOTS_ENV, raising=False)
+    assert not isa.int8_dots()                 # opt in only: the exact dots by default
     monkeypatch.setenv(isa.DOTS_ENV, "exact")
     assert not isa.int8_dots()
     monkeypatch.setenv(isa.DOTS_ENV, "int8")
