@@ -15,49 +15,39 @@ PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
 
 DEST="$CACHE/llama.cpp-src"
-if ! ls "$DEST"/models/ggml-vocab-*.gguf.inp >/dev/null 2>&1; then
-  SDIST_DIR="$CACHE/sdist"
-  mkdir -p "$SDIST_DIR" "$DEST"
-  SDIST="$SDIST_DIR/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+VENDOR="llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+
+# extract PATTERN...: those members of the sdist's vendor/llama.cpp into $DEST (the sdist
+# is downloaded once; only what is asked for is extracted: the sdist is large)
+extract() {
   if [ ! -f "$SDIST" ]; then
+    mkdir -p "$(dirname "$SDIST")"
     "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" \
-      -d "$SDIST_DIR"
+      -d "$(dirname "$SDIST")"
   fi
-  # Only the vocab files: the sdist is large and nothing else in it is needed here.
-  tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
-    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/models/ggml-vocab-*"
+  mkdir -p "$DEST"
+  local members=()
+  for pattern in "$@"; do members+=("$VENDOR/$pattern"); done
+  tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards "${members[@]}"
+}
+
+if ! ls "$DEST"/models/ggml-vocab-*.gguf.inp >/dev/null 2>&1; then
+  extract "models/ggml-vocab-*"
   echo "tokenizer vectors: $(ls "$DEST"/models/ggml-vocab-*.gguf | wc -l) vocabularies in $DEST/models"
 fi
 
 # Real models' chat templates as llama.cpp keeps them (Llama-3.x, Mistral, Gemma, Qwen,
 # Hermes/Functionary tool calling, ...): the oracle set for the bounded template renderer.
 if ! ls "$DEST"/models/templates/*.jinja >/dev/null 2>&1; then
-  SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
-  if [ ! -f "$SDIST" ]; then
-    mkdir -p "$CACHE/sdist"
-    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" \
-      -d "$CACHE/sdist"
-  fi
-  mkdir -p "$DEST"
-  tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
-    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/models/templates/*"
+  extract "models/templates/*"
   echo "chat templates: $(ls "$DEST"/models/templates/*.jinja | wc -l) in $DEST/models/templates"
 fi
 
 # llama.cpp's LoRA converter (convert_lora_to_gguf.py with the conversion/ package and the
 # gguf-py it imports): the oracle that turns a PEFT adapter into llama.cpp's GGUF LoRA.
 if [ ! -f "$DEST/convert_lora_to_gguf.py" ] || [ ! -d "$DEST/conversion" ]; then
-  SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
-  if [ ! -f "$SDIST" ]; then
-    mkdir -p "$CACHE/sdist"
-    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" \
-      -d "$CACHE/sdist"
-  fi
-  mkdir -p "$DEST"
-  tar -xzf "$SDIST" -C "$DEST" --strip-components=3 --wildcards \
-    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/convert_lora_to_gguf.py" \
-    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/conversion/*" \
-    "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp/gguf-py/*"
+  extract "convert_lora_to_gguf.py" "conversion/*" "gguf-py/*"
   echo "LoRA converter: $DEST/convert_lora_to_gguf.py"
 fi
 
