@@ -123,7 +123,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
+    from .thread_args import apply as apply_threads
     try:
+        apply_threads(args)                     # -t/--threads: before any backend starts
         return int(args.func(args) or 0)
     except AprError as err:
         if _debug():

@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from apr_core.errors import AprError, ErrorCode
 
 from .. import backends
+from . import thread_args
 from .commands import help_line
 from .common import EXIT_GENERAL, EXIT_OK, check_output, emit_json, human_bytes
 
@@ -37,15 +38,6 @@ def _apply_threads(threads: int, backend: str) -> None:
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     if len(pool.get().threads) + 1 != threads:
         pool.restart(threads)
-
-
-def _threads_used(backend: str) -> Optional[int]:
-    """The numba pool's threads (the caller's included); None for the other backends,
-    whose BLAS or device sizes its own."""
-    if backend != "numba":
-        return None
-    from ..kernels import pool
-    return len(pool.get().threads) + 1
 
 
 def _prompt_ids(engine: Any, args: argparse.Namespace) -> List[int]:
@@ -98,7 +90,7 @@ def profile(args: argparse.Namespace) -> Dict[str, Any]:
     phases = finish()
     rows = report.op_rows(recorder.calls, phases, roof)
     out = {"model": engine.path, "backend": engine.backend,
-           "threads": _threads_used(engine.backend),
+           "threads": thread_args.in_use(engine.backend),
            "prompt_tokens": len(ids), "decode_tokens": args.decode_tokens,
            "layer_mode": "profiled: op by op; unprofiled: as the backend runs them (fused)",
            "ops": rows, "roofline": roof, "totals": report.phase_totals(rows, phases, roof),

@@ -17,6 +17,7 @@ from . import chat_session
 from . import chat_template_arg
 from . import context_args
 from . import lora_args
+from . import thread_args
 from . import prompting
 from . import sampler_args
 from . import speculate_args
@@ -59,6 +60,7 @@ def run_run(args: argparse.Namespace) -> int:
         result = generation.as_dict()
         result["timings"]["load_s"] = round(engine.load_seconds, 3)
         result["backend"] = engine.backend      # simd: the quick start never needed numba
+        result["threads"] = thread_args.in_use(engine.backend)
         result["template"] = template
         cfg = engine.transformer.config
         result["context"] = cfg.max_ctx
@@ -169,11 +171,13 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
-    """--dequantize and --backend, for every command that loads a model to run it."""
+    """--dequantize, --backend and -t/--threads, for every command that loads a model to
+    run it."""
     p.add_argument("--dequantize", action="store_true",
                    help="dequantize weights to f32 at load (faster, more memory)")
     p.add_argument("--backend", choices=("auto",) + backends.NAMES,
                    help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
+    thread_args.add_argument(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

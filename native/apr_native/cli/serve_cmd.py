@@ -30,6 +30,7 @@ from ..engine import DEFAULT_KV_MEMORY, EngineOptions
 from . import chat_template_arg
 from . import context_args
 from . import lora_args
+from . import thread_args
 from . import speculate_args
 from .common import parse_size, resolve_model
 from . import serve_models
@@ -273,6 +274,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="do not reuse the KV blocks of identical prompt prefixes")
     p.add_argument("--backend", choices=("auto",) + backends.NAMES,
                    help="kernel backend (default: $APR_BACKEND, else CUDA > numba > numpy)")
+    thread_args.add_argument(p)
     p.add_argument("--cors", action="append", metavar="ORIGIN",
                    help="let web pages from ORIGIN call the API ('*' for any; repeatable; "
                    "default: no origin)")
