@@ -41,11 +41,14 @@ def clip(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def native(whisper_apr, clip):
-    """apr's library on the same bytes: what the server must answer."""
+    """apr's library on the same bytes, loaded as the server and `apr run --input` load it
+    (apr_native.speech_native: the encoder's products in row blocks over threads, which
+    sum in another order than one BLAS call: 2.5e-6 apart in no_speech_prob): what the
+    server must answer."""
     from apr_core.speech.audio import read_audio
-    from apr_core.speech.model import load_whisper
     from apr_core.speech.transcribe import transcribe
-    model = load_whisper(whisper_apr)
+    from apr_native.speech_native import load_native_whisper
+    model = load_native_whisper(whisper_apr)
     with open(clip, "rb") as handle:
         samples = read_audio(handle.read())
     return {"transcribe": transcribe(model, samples),

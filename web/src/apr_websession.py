@@ -18,8 +18,6 @@ import json
 import os
 from typing import Any, Dict, List, Sequence
 
-from apr_core.errors import AprError, ErrorCode
-from apr_core.runtime import kv_session
 
 from apr_websource import _error, _state
 
@@ -62,23 +60,31 @@ def _restored() -> set:
     return held[1]
 
 
-def _read(file: str) -> kv_session.KVState:
+def _kv() -> Any:
+    """apr_core.runtime.kv_session, imported on first use: it needs numpy, which the shell
+    boots without on Pyodide 314 (formats only), where apr_web still imports this module."""
+    from apr_core.runtime import kv_session
+    return kv_session
+
+
+def _read(file: str) -> Any:
+    """The KVState of session file `file`."""
     with open(file, "rb") as handle:
-        return kv_session.from_bytes(handle.read(), "session")
+        return _kv().from_bytes(handle.read(), "session")
 
 
 async def prepare(name: str) -> str:
     """Give session `name`'s KV (when its file exists and this engine has not taken it
     yet) to the engine's prefix cache: `{path, restored_tokens, messages}`."""
     try:
-        kv_session.require_plain(_state["engine"].transformer, session=name)
+        _kv().require_plain(_state["engine"].transformer, session=name)
         file = path(name)
         sha256 = await _model_sha256()
         restored, messages = 0, None
         if name not in _restored() and os.path.exists(file):
             state = _read(file)
-            kv_session.check_fits(state, sha256, _state["engine"].transformer)
-            restored = kv_session.restore(_state["engine"].pool, state)
+            _kv().check_fits(state, sha256, _state["engine"].transformer)
+            restored = _kv().restore(_state["engine"].pool, state)
             messages = state.extra.get("messages")
         _restored().add(name)
         return json.dumps({"path": file, "restored_tokens": restored, "messages": messages})
@@ -91,9 +97,9 @@ def save(name: str, tokens: Sequence[int], messages: List[Dict[str, Any]]) -> in
     conversation as `apr chat` keeps it (mode "chat", its messages); the tokens saved."""
     engine = _state["engine"]
     known = _state.get("model_sha256")
-    state = kv_session.capture(engine.pool, engine.transformer, tokens, known[1],
+    state = _kv().capture(engine.pool, engine.transformer, tokens, known[1],
                                {"mode": "chat", "messages": messages, "transcript": ""})
-    kv_session.save(path(name), state)
+    _kv().save(path(name), state)
     return state.n_tokens
 
 
