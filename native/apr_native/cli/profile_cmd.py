@@ -70,8 +70,6 @@ def profile(args: argparse.Namespace) -> Dict[str, Any]:
     from apr_native.profile import report, roofline, runner
     from apr_native.profile.timing import ProfilingKernels, Recorder
     from .render import progress
-    if args.threads:
-        os.environ[backends.THREADS_ENV] = str(args.threads)   # read when numba registers
     recorder = Recorder()
     engine = load_engine(args.model, EngineOptions(backend=args.backend),
                          with_tokenizer=args.prompt is not None,
