@@ -5,7 +5,7 @@ prompts and max_tokens; and `apr run`'s single-stream decode for reference.
 
     .venv/bin/python bench/server_load.py [--clients 1,4,16,64] [--max-tokens 64]
         [--model qwen2.5-coder-0.5b] [--peers apr,llama-server,llama-cpp-python]
-        [--threads 2] [--max-batch N] [--kv-memory 1G] [--backend numba]
+        [--threads 2] [--max-batch N] [--kv-memory 1G] [--backend numba] [--isa avx2]
         [--llama-server PATH] [--timeout 900] [--json results.json]
 
 apr and llama-cpp-python are started once and run every level (apr with `--max-batch` =
@@ -19,6 +19,11 @@ A stream that fails, or ends without a finish_reason, or has not ended by the ti
 counts as an error. Aggregate tok/s is the completion tokens received (the usage the
 server reports, else the content chunks) over the wall time from the requests being
 sent to the last stream ending. Prints a table per level, then the ratios. Not a test.
+
+`--isa LEVEL` (apr_native.isa) runs every peer at one instruction level: apr serve with
+$APR_ISA, llama-server as `scripts/build_llama_server.sh LEVEL` built it (that level's
+cmake switches), llama-cpp-python on the libraries `scripts/build_llama_lib.sh LEVEL`
+built; so an AVX-512 machine measures what an AVX2 user gets.
 """
 import argparse
 import asyncio
@@ -36,6 +41,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "native"))
 import httpx    # noqa: E402  (after the path setup, like the other benches)
 import openai   # noqa: E402
 
+from apr_native import isa_peers  # noqa: E402
 from server_process import RssSampler, ServerFailed, free_port, log_tail, start  # noqa: E402
 
 PROMPT = "Count from {} to {}, separated by commas."
@@ -46,7 +52,13 @@ SERVERS = ("apr", "llama-server", "llama-cpp-python")
 
 def apr_env(args):
     # the peers' thread counts are flags; apr's numba kernels take theirs from APR_THREADS
-    return dict(os.environ, APR_QUIET="1", APR_THREADS=str(args.threads))
+    return dict(os.environ, APR_QUIET="1", APR_THREADS=str(args.threads),
+                **isa_peers.child_env("apr", args.isa))
+
+
+def llama_cpp_python_env(args):
+    """llama-cpp-python's server at `--isa`: its libraries built for that level."""
+    return dict(os.environ, **isa_peers.child_env("llama.cpp", args.isa))
 
 
 async def one_stream(client, model, question, max_tokens, t0):
@@ -208,7 +220,7 @@ def llama_server_binary(args):
     if args.llama_server:
         return args.llama_server if os.access(args.llama_server, os.X_OK) else None
     found = subprocess.run(["bash", os.path.join(HERE, "..", "scripts",
-                                                 "build_llama_server.sh"), "--cached"],
+                                                 "build_llama_server.sh"), args.isa, "--cached"],
                            capture_output=True, text=True)
     lines = found.stdout.strip().splitlines()
     return lines[-1] if found.returncode == 0 and lines else None
@@ -295,11 +307,15 @@ def main():
                         help="apr serve --max-batch (default: the most clients, capped at 64)")
     parser.add_argument("--kv-memory", help="apr serve --kv-memory (default: apr's)")
     parser.add_argument("--backend", help="apr serve/run --backend (default: apr's)")
+    parser.add_argument("--isa", default="native",
+                        help="instruction level of every peer: native, or one of "
+                             "apr_native.isa's (generic, avx2, avx512, avx512vnni)")
     parser.add_argument("--llama-server", help="llama-server binary (default: the one "
-                        "scripts/build_llama_server.sh built and cached)")
+                        "scripts/build_llama_server.sh [LEVEL] built and cached)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     from apr_native.engine import resolve_model
+    isa_peers.check(args.isa, "llama-cpp-python" in args.peers)
     path = os.path.abspath(resolve_model(args.model))
     levels = [int(c) for c in args.clients.split(",")]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
@@ -307,8 +323,10 @@ def main():
     if unknown:
         parser.error("unknown peers {} (known: {})".format(", ".join(unknown),
                                                           ", ".join(SERVERS)))
-    print("model {}, {} threads, {} max tokens, levels {}".format(
-        path, args.threads, args.max_tokens, levels), flush=True)
+    print("model {}, {} threads, {} max tokens, levels {}, instructions: apr {}, llama.cpp "
+          "{}".format(path, args.threads, args.max_tokens, levels,
+                      isa_peers.describe("apr", args.isa),
+                      isa_peers.describe("llama.cpp", args.isa)), flush=True)
     started = time.perf_counter()
     rows, run_tok_s, problems = [], None, {}
 
@@ -337,7 +355,8 @@ def main():
         if binary is None:
             problems["llama-server"] = ["no binary"]
             print("llama-server skipped: no binary; build it with scripts/build_llama_server.sh"
-                  " (about 4 minutes, cached) or pass --llama-server PATH", flush=True)
+                  " {} (about 4 minutes, cached) or pass --llama-server PATH".format(
+                      "" if args.isa == "native" else args.isa), flush=True)
         else:
             for clients in levels:
                 port = free_port()
@@ -363,7 +382,8 @@ def main():
                        "--n_ctx", "2048",
                        # by default it aborts the running stream whenever a new one arrives
                        "--interrupt_requests", "False"]
-            attempt("llama-cpp-python", command, port, "/v1/models", "bench", levels, args)
+            attempt("llama-cpp-python", command, port, "/v1/models", "bench", levels, args,
+                    env=llama_cpp_python_env(args))
 
     by = {(r["server"], r["clients"]): r for r in rows}
     print_tables(by, levels, args)
@@ -373,6 +393,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(finite({"model": os.path.basename(path), "threads": args.threads,
+                              "isa": args.isa,
                               "max_tokens": args.max_tokens, "levels": levels, "rows": rows,
                               "apr_run_decode_tok_s": run_tok_s, "ratios": ratios,
                               "problems": problems, "elapsed_s": elapsed}), f, indent=1)
