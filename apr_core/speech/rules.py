@@ -23,9 +23,11 @@ class Rules(NamedTuple):
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """[B, V] -> [B, V] in float64 (-inf stays -inf)."""
-    x = logits.astype(np.float64)
-    top = x.max(axis=-1, keepdims=True)
-    return x - top - np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
+    shifted = logits.astype(np.float64)
+    shifted -= shifted.max(axis=-1, keepdims=True)
+    total = np.exp(shifted).sum(axis=-1, keepdims=True)
+    shifted -= np.log(total)
+    return shifted
 
 
 def _logsumexp(x: np.ndarray) -> float:
@@ -66,13 +68,13 @@ def constrain(logits: np.ndarray, sequences: Sequence[Sequence[int]], step: int,
                 if token >= begin:
                     logits[row, begin:token + 1] = neg
                     break
-    if check:
-        log_probs = log_softmax(logits[check])
-        for i, row in enumerate(check):
-            text_best = log_probs[i, :begin].max()
-            if _logsumexp(log_probs[i, begin:end + 1]) > text_best:
-                logits[row, :begin] = neg
-    return log_softmax(logits)
+    log_probs = log_softmax(logits)
+    for row in check:       # a row whose rule fires is normalised again without its text
+        text_best = log_probs[row, :begin].max()
+        if _logsumexp(log_probs[row, begin:end + 1]) > text_best:
+            logits[row, :begin] = neg
+            log_probs[row] = log_softmax(logits[row:row + 1])[0]
+    return log_probs
 
 
 __all__ = ["Rules", "constrain", "log_softmax"]

@@ -55,25 +55,67 @@ class WhisperConfig(NamedTuple):
     n_text_layer: int
 
 
+# Elements per block of the elementwise passes (erf, GELU): a block's temporaries stay in
+# cache instead of each pass writing a fresh [1500, 2048] array to memory.
+ELEMENT_BLOCK = 1 << 15
+
+
+def _erf_block(z: np.ndarray) -> np.ndarray:
+    """erf(z) of a float32 block (A&S 7.1.26), with few temporaries."""
+    a = np.abs(z)
+    t = _AS_P * a
+    t += 1.0
+    np.reciprocal(t, out=t)                                     # 1 / (1 + p|z|)
+    poly = t * _AS_A[4]
+    for coeff in (_AS_A[3], _AS_A[2], _AS_A[1], _AS_A[0]):
+        poly += coeff
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)                                            # exp(-z^2)
+    poly *= a
+    np.subtract(1.0, poly, out=poly)
+    return np.copysign(poly, z, out=poly)
+
+
+def _blockwise(fn: Callable[[np.ndarray, np.ndarray], None], x: np.ndarray) -> np.ndarray:
+    """fn(block of x, out block) over `ELEMENT_BLOCK`-element blocks -> float32 like x."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    flat, flat_out = x.reshape(-1), out.reshape(-1)
+    for a in range(0, flat.size, ELEMENT_BLOCK):
+        fn(flat[a:a + ELEMENT_BLOCK], flat_out[a:a + ELEMENT_BLOCK])
+    return out
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """Elementwise erf in float32 (A&S 7.1.26)."""
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + _AS_P * a)
-    poly = t * (_AS_A[0] + t * (_AS_A[1] + t * (_AS_A[2] + t * (_AS_A[3] + t * _AS_A[4]))))
-    return (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
+    def block(z: np.ndarray, out: np.ndarray) -> None:
+        out[...] = _erf_block(z)
+    return _blockwise(block, x)
+
+
+def _gelu_block(x: np.ndarray, out: np.ndarray) -> None:
+    e = _erf_block(x * np.float32(0.7071067811865476))
+    e += 1.0
+    e *= x
+    np.multiply(e, np.float32(0.5), out=out)                    # 0.5 x (1 + erf(x/sqrt2))
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    return (0.5 * x * (1.0 + erf(x * np.float32(0.7071067811865476)))).astype(np.float32)
+    return _blockwise(_gelu_block, x)
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    """LayerNorm over the last axis."""
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = (centred * centred).mean(axis=-1, keepdims=True)
-    return (centred / np.sqrt(var + LN_EPS) * gamma + beta).astype(np.float32)
+    """LayerNorm over the last axis (float32 in, float32 out)."""
+    width = x.shape[-1]             # sums / width: what `mean` computes, without its wrapper
+    centred = x - np.add.reduce(x, axis=-1, keepdims=True) / width
+    var = np.add.reduce(np.square(centred), axis=-1, keepdims=True) / width
+    var += LN_EPS
+    centred /= np.sqrt(var)
+    centred *= gamma
+    centred += beta
+    return centred.astype(np.float32, copy=False)
 
 
 def _heads(x: np.ndarray, n_head: int) -> np.ndarray:
@@ -144,22 +186,63 @@ def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (flat @ w.T).reshape(x.shape[:-1] + (w.shape[0],))
 
 
+def _cross_attention(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """q [B, n, H, dh] over one window's cross K^T [H, dh, S] and V [H, S, dh] ->
+    [B, n, H * dh]: per head one product over all B * n query rows (beams as rows), so
+    each head's keys and values are read once per step, not once per beam."""
+    b, n, heads, dh = q.shape
+    rows = np.ascontiguousarray(q.reshape(b * n, heads, dh).transpose(1, 0, 2))  # [H, Bn, dh]
+    rows *= np.float32(1.0 / np.sqrt(dh))
+    scores = np.matmul(rows, keys_t)                            # [H, Bn, S]
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    total = scores.sum(axis=-1, keepdims=True)                  # [H, Bn, 1]
+    out = np.matmul(scores, values)                             # [H, Bn, dh]
+    out /= total
+    return out.transpose(1, 0, 2).reshape(b, n, heads * dh)     # [B, n, H * dh]
+
+
 class DecoderState:
-    """Per-window decoder cache: cross-attention K/V of every layer (shared by all beams)
-    and the self-attention K/V of each hypothesis ([B, H, T, dh] per layer)."""
+    """Per-window decoder cache: cross-attention K^T/V of every layer (shared by all beams)
+    and the self-attention K/V of each hypothesis, in buffers [B, H, n_text_ctx, dh] per
+    layer of which the first `length` positions are filled."""
 
     def __init__(self, cross: List[tuple]) -> None:
-        self.cross = cross                      # per layer: (k, v), each [H, S, dh]
+        self.cross = cross                      # per layer: (K^T [H, dh, S], V [H, S, dh])
         self.self_k: List[Optional[np.ndarray]] = [None] * len(cross)
         self.self_v: List[Optional[np.ndarray]] = [None] * len(cross)
         self.length = 0
 
+    def append(self, layer: int, k: np.ndarray, v: np.ndarray, capacity: int) -> tuple:
+        """Store k, v [B, H, n, dh] at positions length.. of `layer`; -> that layer's
+        (K, V) views [B, H, length + n, dh]."""
+        end = self.length + k.shape[2]
+        if self.self_k[layer] is None:
+            shape = k.shape[:2] + (capacity, k.shape[3])
+            self.self_k[layer] = np.empty(shape, np.float32)
+            self.self_v[layer] = np.empty(shape, np.float32)
+        keys, values = self.self_k[layer], self.self_v[layer]
+        keys[:, :, self.length:end] = k
+        values[:, :, self.length:end] = v
+        return keys[:, :, :end], values[:, :, :end]
+
     def reorder(self, rows: np.ndarray) -> None:
-        """Keep hypotheses `rows` (beam search: index of each surviving beam's parent)."""
+        """Keep hypotheses `rows` (beam search: index of each surviving beam's parent);
+        only the filled positions are copied."""
+        used = self.length
         for i, k in enumerate(self.self_k):
-            if k is not None:
-                self.self_k[i] = k[rows]
-                self.self_v[i] = self.self_v[i][rows]
+            if k is None:
+                continue
+            v = self.self_v[i]
+            if rows.size == k.shape[0]:
+                k[:, :, :used] = k[rows, :, :used]
+                v[:, :, :used] = v[rows, :, :used]
+            else:
+                shape = (rows.size,) + k.shape[1:]
+                self.self_k[i], self.self_v[i] = np.empty(shape, np.float32), \
+                    np.empty(shape, np.float32)
+                self.self_k[i][:, :, :used] = k[rows, :, :used]
+                self.self_v[i][:, :, :used] = v[rows, :, :used]
 
 
 class WhisperNet:
@@ -177,6 +260,8 @@ class WhisperNet:
         self.encoder_scope: Callable[[], Any] = contextlib.nullcontext
         self.map: Callable = map
         self.parts = 1
+        self._cross_of: Optional[np.ndarray] = None     # features `_cross` was made from
+        self._cross: List[tuple] = []
         self._flat: Dict[str, np.ndarray] = {}   # conv weights as [C_out, C_in * 3] (kept:
         # a kernel that caches weights by identity must see the same array every call)
 
@@ -256,15 +341,25 @@ class WhisperNet:
         return layer_norm(x, self.w["encoder.ln_post.weight"], self.w["encoder.ln_post.bias"])
 
     def start(self, audio_features: np.ndarray) -> DecoderState:
-        """A decoder state over one window's encoder output [S, d] (cross K/V computed)."""
+        """A decoder state over one window's encoder output [S, d]. The cross-attention
+        K/V are computed once per window: language detection, each temperature of the
+        fallback and the decode itself share them while `audio_features` is the same
+        array (they are only read)."""
+        if self._cross_of is not audio_features:
+            self._cross, self._cross_of = self._cross_kv(audio_features), audio_features
+        return DecoderState(self._cross)
+
+    def _cross_kv(self, audio_features: np.ndarray) -> List[tuple]:
+        """Per decoder layer (K^T [H, dh, S], V [H, S, dh]) of the window's frames."""
         heads = self.config.n_text_head
         cross = []
         with self.encoder_scope():
             for i in range(self.config.n_text_layer):
                 kv = self._wide(audio_features, "decoder.blocks.{}.cross_attn.kv".format(i))
                 k, v = np.split(kv, 2, axis=-1)                         # 2 x [S, d]
-                cross.append((_heads(k, heads), _heads(v, heads)))      # [H, S, dh]
-        return DecoderState(cross)
+                keys_t = np.ascontiguousarray(np.swapaxes(_heads(k, heads), -1, -2))
+                cross.append((keys_t, _heads(v, heads)))                # [H, dh, S], [H, S, dh]
+        return cross
 
     def decode(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         """tokens [B, n] at positions state.length.. -> hidden [B, n, d]; extends the cache."""
@@ -298,17 +393,13 @@ class WhisperNet:
             p = "decoder.blocks.{}.".format(i)
             h = layer_norm(x, self.w[p + "attn_ln.weight"], self.w[p + "attn_ln.bias"])
             q, k, v = np.split(self.linear(h, p + "attn.qkv"), 3, axis=-1)  # 3 x [B, n, d]
-            k, v = _heads(k, heads), _heads(v, heads)                   # [B, H, n, dh]
-            if state.self_k[i] is not None:
-                k = np.concatenate([state.self_k[i], k], axis=2)
-                v = np.concatenate([state.self_v[i], v], axis=2)
-            state.self_k[i], state.self_v[i] = k, v
+            k, v = state.append(i, _heads(k, heads), _heads(v, heads),
+                                self.config.n_text_ctx)                 # [B, H, T, dh]
             a = attention(_heads(q, heads), k, v, mask)
             x = x + self.linear(_merge(a), p + "attn.out")
             h = layer_norm(x, self.w[p + "cross_attn_ln.weight"], self.w[p + "cross_attn_ln.bias"])
-            ck, cv = state.cross[i]
-            a = attention(_heads(self.linear(h, p + "cross_attn.query"), heads), ck, cv)
-            x = x + self.linear(_merge(a), p + "cross_attn.out")
+            q = self.linear(h, p + "cross_attn.query").reshape(b, n, heads, -1)  # [B, n, H, dh]
+            x = x + self.linear(_cross_attention(q, *state.cross[i]), p + "cross_attn.out")
             h = layer_norm(x, self.w[p + "mlp_ln.weight"], self.w[p + "mlp_ln.bias"])
             x = x + self.linear(gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
         state.length = start + n
