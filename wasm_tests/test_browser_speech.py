@@ -1,8 +1,10 @@
 """The speech page (web/speech.html) in Chromium + Pyodide 0.17: a Whisper APR file loads
 in the worker, a WAV picked with the file input is decoded by WebAudio to mono 16 kHz, and
 the transcript equals native apr's `transcribe` on the very samples the page sent
-(word-equal; the page's linear layers run on the shell's WebAssembly SIMD kernel, which sums
-in another order), with the words espeak-ng was asked to say."""
+(word-equal; the page's projections run at stored size on the shell's WebAssembly SIMD
+block kernels and their helper threads, as the text models' do, which sum in another
+order), with the words espeak-ng was asked to say: for the F16 file `apr import` writes
+and the Q8_0 one `apr convert --quantize Q8_0` makes of it."""
 import base64
 import os
 import shutil
@@ -16,6 +18,7 @@ pytestmark = [pytest.mark.native, pytest.mark.real_model]
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 TIMEOUT_MS = 1_200_000      # download, load and a 30 s window's encoder in numpy without BLAS
+Q8_0_FILE = "whisper-base.q8_0.apr"   # sorts after whisper-base.apr: the page's default stays
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +35,10 @@ def speech_models(tmp_path_factory):
     served = folder / "whisper-base.apr"
     if not served.exists():
         os.symlink(made, str(served))
+    from apr_native.cli.main import main
+    os.environ.setdefault("APR_QUIET", "1")
+    assert main(["convert", str(served), "--quantize", "Q8_0",
+                 "-o", str(folder / Q8_0_FILE)]) == 0
     return str(folder)
 
 
@@ -44,11 +51,41 @@ def speech_site(tmp_path_factory, speech_models):
     require(reason is None, reason or "")
     site_dir = str(tmp_path_factory.mktemp("speech-site"))
     models = list_models(speech_models)          # what `apr web` puts in config.json
-    assert [(m["url"], m["kind"]) for m in models] == [("models/whisper-base.apr", "speech")]
+    assert [(m["url"], m["kind"]) for m in models] == [
+        ("models/whisper-base.apr", "speech"), ("models/" + Q8_0_FILE, "speech")]
     prepare_site(site_dir, flavor="017", models=models)
     server = StaticServer(site_mounts(site_dir, speech_models)).start()
     yield server
     server.stop()
+
+
+def _load_page(page, speech_site, query, log):
+    """Open the speech page (`query` appended to its URL) and load its model box's file."""
+    page.on("console", lambda m: log.append(m.text))
+    page.on("pageerror", lambda e: log.append("pageerror: {}".format(e)))
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(speech_site.url("/speech.html" + query))
+    page.wait_for_function("document.body.dataset.runtime")
+    assert page.evaluate("document.body.dataset.runtime") == "ready", \
+        page.inner_text("#error") + "\n".join(log[-20:])
+    page.click("#load-button")
+    page.wait_for_function("['ready', 'error'].includes(document.body.dataset.model)")
+    assert page.evaluate("document.body.dataset.model") == "ready", page.inner_text("#error")
+    # every projection runs at stored size on the shell's SIMD block kernels (Chromium has
+    # SIMD), on a helper thread too (the page is cross-origin isolated)
+    assert page.evaluate("document.body.dataset.kernels") == "wasm-simd"
+    assert "SIMD block kernels" in page.inner_text("#load-title")
+    assert "2 threads" in page.inner_text("#runtime")
+
+
+def _sent_samples(page):
+    """The float32 samples the page sent to the worker (its WebAudio decoding)."""
+    return np.frombuffer(base64.b64decode(page.evaluate("""() => {
+        const bytes = new Uint8Array(window.lastSamples.buffer);
+        let text = "";
+        for (let i = 0; i < bytes.length; i += 8192)
+          text += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
+        return btoa(text); }""")), "<f4")
 
 
 def test_speech_page_transcribes_a_wav_like_native(browser, speech_site, speech_models,
@@ -64,31 +101,15 @@ def test_speech_page_transcribes_a_wav_like_native(browser, speech_site, speech_
     log = []
     try:
         page = context.new_page()
-        page.on("console", lambda m: log.append(m.text))
-        page.on("pageerror", lambda e: log.append("pageerror: {}".format(e)))
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(speech_site.url("/speech.html"))
-        page.wait_for_function("document.body.dataset.runtime")
-        assert page.evaluate("document.body.dataset.runtime") == "ready", \
-            page.inner_text("#error") + "\n".join(log[-20:])
+        _load_page(page, speech_site, "?threads=2", log)
         # the model list comes from config.json (kind "speech"): the box is filled already
         assert page.input_value("#model-url") == "models/whisper-base.apr"
-        page.click("#load-button")
-        page.wait_for_function("['ready', 'error'].includes(document.body.dataset.model)")
-        assert page.evaluate("document.body.dataset.model") == "ready", page.inner_text("#error")
-        # the linear layers run on the shell's WebAssembly SIMD kernel (Chromium has SIMD)
-        assert page.evaluate("document.body.dataset.kernels") == "wasm-simd"
 
         page.set_input_files("#audio-file", clip)
         page.wait_for_function("['done', 'error'].includes(document.body.dataset.speech)")
         assert page.evaluate("document.body.dataset.speech") == "done", page.inner_text("#error")
         result = page.evaluate("window.lastSpeech")
-        sent = np.frombuffer(base64.b64decode(page.evaluate("""() => {
-            const bytes = new Uint8Array(window.lastSamples.buffer);
-            let text = "";
-            for (let i = 0; i < bytes.length; i += 8192)
-              text += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
-            return btoa(text); }""")), "<f4")
+        sent = _sent_samples(page)
         shown = page.inner_text("#transcript")
         rows = page.locator("#segments tbody tr").count()
         rtf_line = page.inner_text("#rtf")
@@ -117,6 +138,38 @@ def test_speech_page_transcribes_a_wav_like_native(browser, speech_site, speech_
     assert "real-time factor" in rtf_line and result["rtf"] > 0
     print("browser RTF {:.3f} ({:.1f} s of audio in {:.1f} s); screenshot {}".format(
         result["rtf"], result["audio_s"], result["wall_s"], shot))
+
+
+def test_speech_page_q8_0_on_the_block_kernels_like_native(browser, speech_site,
+                                                           speech_models, tmp_path):
+    """The Q8_0 file: its blocks as stored in the kernels' memory; the transcript equals
+    `apr run`'s (apr_native.speech_native: the same blocks on the native block kernels)."""
+    from apr_core.speech.transcribe import transcribe
+    from apr_native.speech_native import load_native_whisper
+    from speech_util import espeak_wav, words
+    clip = str(tmp_path / "fox.wav")
+    with open(clip, "wb") as handle:
+        handle.write(espeak_wav(SENTENCE))
+    context = browser.new_context()
+    log = []
+    try:
+        page = context.new_page()
+        _load_page(page, speech_site, "?threads=2&model=models/" + Q8_0_FILE, log)
+        page.set_input_files("#audio-file", clip)
+        page.wait_for_function("['done', 'error'].includes(document.body.dataset.speech)")
+        assert page.evaluate("document.body.dataset.speech") == "done", page.inner_text("#error")
+        result = page.evaluate("window.lastSpeech")
+        sent = _sent_samples(page)
+    finally:
+        context.close()
+    native = transcribe(load_native_whisper(os.path.join(speech_models, Q8_0_FILE),
+                                            threads=2), sent)
+    assert words(result["text"]) == words(native["text"])
+    assert {"quick", "fox", "over", "lazy", "dog"} <= set(words(result["text"]))
+    assert [(s["start"], s["end"]) for s in result["segments"]] == \
+        [(s["start"], s["end"]) for s in native["segments"]]
+    print("browser Q8_0 RTF {:.3f} ({:.1f} s of audio in {:.1f} s)".format(
+        result["rtf"], result["audio_s"], result["wall_s"]))
 
 
 def test_speech_page_records_the_microphone(browser, speech_site, speech_models, tmp_path):

@@ -88,10 +88,12 @@ def _weights(model_file: Any, skip: Any = ()) -> Dict[str, np.ndarray]:
 
 
 def load_whisper(path_or_byte_source: Any, verify: bool = True,
-                 kernels: Optional[Any] = None) -> WhisperModel:
+                 kernels: Optional[Any] = None, audio_kernels: Optional[Any] = None,
+                 plain: bool = False) -> WhisperModel:
     """A Whisper model from an APR file (path, bytes or ByteSource); E009 when the file is
     not a Whisper model. `kernels`: block-quantized projections run on them over their
-    stored bytes (see the module docstring); None: every weight float32."""
+    stored bytes (see the module docstring); None: every weight float32. `audio_kernels`,
+    `plain`: `projections`' `audio` and `plain` (the browser's choices)."""
     from ..formats.open import open_model
     from ..text.load import tokenizer_from_json
     from .names import required_names
@@ -112,7 +114,8 @@ def load_whisper(path_or_byte_source: Any, verify: bool = True,
         if missing:
             raise AprError(ErrorCode.VALIDATION, "Whisper model lacks tensors",
                            missing=missing[:5], count=len(missing))
-        linears = projections(model_file, kernels) if kernels is not None else {}
+        linears = (projections(model_file, kernels, audio_kernels, plain)
+                   if kernels is not None else {})
         weights = _weights(model_file, covered(linears))
         tokenizer = tokenizer_from_json(meta["hf_tokenizer"])
         return WhisperModel(config, weights, dict(meta.get("whisper_generation") or {}),

@@ -11,12 +11,17 @@ float32 BLAS over rows decoded a 4 MiB block at a time, about 2x the block kerne
 dequantized tiles on 1500 x 512 x 2048 (71 vs 32 GFLOP/s, one thread), and only BLAS's
 threads busy while the encoder runs (two pools taking turns on two cores each spin while
 the other works). Plain-typed weights (F16, F32, CTranslate2 int8 with
-row scales) stay float32 arrays: no backend has a block kernel for them, and float32 BLAS
-is their fastest product.
+row scales) stay float32 arrays: no native backend has a block kernel for them, and float32
+BLAS is their fastest product.
+
+The browser (web/src/apr_webspeech.py) passes `audio` (the shell's float32 SIMD kernel,
+each weight widened once into the kernels' own memory: Pyodide's numpy has no BLAS) and
+`plain=True`: F16 / BF16 projections are Linears as well, so the stored bytes are all the
+Python heap holds of every projection.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -28,21 +33,28 @@ BIAS = ".bias"
 SCALE_SUFFIX = "_scale"
 
 
-def in_place(name: str, info: Any, names: Any) -> bool:
+PLAIN = ("F16", "BF16")   # the plain types `plain=True` holds as Linears too
+
+
+def in_place(name: str, info: Any, names: Any, plain: bool = False) -> bool:
     """Whether tensor `name` (its TensorInfo `info`) runs as a Linear over its bytes: a
-    2-D block-quantized `*.weight` without CTranslate2 row scales."""
-    return (name.endswith(WEIGHT) and len(info.shape) == 2 and info.dtype.quantized
+    2-D block-quantized (`plain`: or F16 / BF16) `*.weight` without CTranslate2 row
+    scales."""
+    typed = info.dtype.quantized or (plain and info.dtype.name in PLAIN)
+    return (name.endswith(WEIGHT) and len(info.shape) == 2 and typed
             and name + SCALE_SUFFIX not in names)
 
 
-def projections(model_file: Any, kernels: Kernels) -> Dict[str, Any]:
+def projections(model_file: Any, kernels: Kernels, audio: Optional[Kernels] = None,
+                plain: bool = False) -> Dict[str, Any]:
     """Projection name (without ".weight") -> `Linear` over the stored bytes (+ float32
-    bias), for every tensor `in_place` takes."""
+    bias), for every tensor `in_place` takes. `audio`: the kernels of the products over
+    a window's audio frames (None: numpy's); `plain`: F16 / BF16 weights too."""
     from ..model.weights import Linear
     names = model_file.tensors
     out: Dict[str, Any] = {}
     for name, info in names.items():
-        if not in_place(name, info, names):
+        if not in_place(name, info, names, plain):
             continue
         stem = name[:-len(WEIGHT)]
         bias = None
@@ -52,7 +64,7 @@ def projections(model_file: Any, kernels: Kernels) -> Dict[str, Any]:
                               np.float32).reshape(-1)                  # [out]
         raw = model_file.read_raw(name)                                 # [out, in] blocks
         out[stem] = Linear(name, raw.data, raw.dtype, raw.shape, bias,
-                           kernels=NUMPY if over_audio(stem) else kernels)
+                           kernels=(audio or NUMPY) if over_audio(stem) else kernels)
     return out
 
 

@@ -15,6 +15,8 @@ from typing import Any, Dict
 from apr_websource import _error
 
 _state: Dict[str, Any] = {}
+_kernels: Dict[str, Any] = {}   # the shell's kernels, registered once (`_shell_kernels`)
+WIDENED = "wasm-simd-f32"       # backend: every weight widened once to the float32 kernel
 
 
 def _plain(value: Any) -> Any:
@@ -22,14 +24,12 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else str(value)
 
 
-def _simd_matmul() -> Any:
-    """`x [..., in] @ w[out, in]^T` on the shell's SIMD float32 kernel (each weight copied
-    into the kernels' memory on first use); widths it cannot take go to numpy."""
-    import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
+def _simd_matmul(kernel: Any) -> Any:
+    """`x [..., in] @ w[out, in]^T` on the shell's SIMD float32 kernel (`kernel`, a
+    float32 WasmMatmul: each weight copied into the kernels' memory on first use); widths
+    it cannot take go to numpy."""
     import numpy as np
     from apr_core import dtypes
-    from apr_webkernel import WasmMatmul
-    kernel = WasmMatmul(js.aprSimd, quantized=False)
     f32 = dtypes.by_name("F32")
 
     def matmul(x: Any, w: Any) -> Any:
@@ -40,18 +40,65 @@ def _simd_matmul() -> Any:
     return matmul
 
 
-def load(path: str, name: str, simd: bool = False) -> str:
+def _shell_kernels() -> Any:
+    """(block kernels, widened kernels, the float32 WasmMatmul) over the shell's kernels,
+    registered once and emptied of the last model's weights; None without them.
+
+    The block kernels are the text worker's backend "wasm-simd" (GGUF blocks read in place,
+    helper threads over rows). "wasm-simd-f32" widens each weight once into the kernels'
+    memory for the float32 kernel (helper threads over frames): the products over a
+    window's 1500 audio frames run there, 1.7x faster than the block kernels' (Q8_0, two
+    threads, AVX2), which re-read every frame's activations for each four rows."""
+    import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
+    import apr_websource
+    from apr_core import dtypes
+    from apr_core.quant import registry
+    from apr_webkernel import WasmMatmul, register_simd_matmul
+    shell = apr_websource._state
+    if "widened" not in _kernels:
+        if not register_simd_matmul(True):
+            return None
+        widened = WasmMatmul(js.aprSimd, quantized=False)
+        for dtype in dtypes.ALL:
+            registry.register("matmul", dtype.name, backend=WIDENED)(widened)
+        registry.register("matmul_group", "*", backend=WIDENED)(widened.group)
+        _kernels.update(widened=widened, audio=registry.Kernels(WIDENED))
+    shell["release_kernels"]()      # the last model's weights out of the kernels' memory
+    _kernels["widened"].forget()
+    return shell["kernels"], _kernels["audio"], _kernels["widened"]
+
+
+def _load_model(path: str, mode: str) -> Any:
+    """The Whisper model at `path` and the name of its kernels, for `mode`: "simd" (every
+    projection -- encoder and decoder, cross-attention k|v, the logits over the token
+    embedding -- a Linear over the stored bytes on the shell's kernels and helper threads,
+    `_shell_kernels`; Python's heap keeps the stored bytes only), "simd-f32" (float32
+    weights, each copied to the float32 kernel: the earlier path, for comparison) or
+    "numpy"."""
+    from apr_core.speech.model import load_whisper
+    if mode in ("simd", "simd-f32"):
+        shell = _shell_kernels()
+        if shell is not None:
+            blocks, audio, widened = shell
+            if mode == "simd-f32":
+                model = load_whisper(path)
+                model.net.matmul = _simd_matmul(widened)
+                return model, "wasm-simd-f32"
+            model = load_whisper(path, kernels=blocks, audio_kernels=audio, plain=True)
+            model.net.matmul = _simd_matmul(widened)   # the two convolutions' products
+            return model, "wasm-simd"
+    return load_whisper(path), "numpy"
+
+
+def load(path: str, name: str, simd: Any = False) -> str:
     """Load the Whisper APR file at `path` (written by the worker) for `transcribe_file`;
-    `simd`: its linear layers on the shell's WebAssembly SIMD kernel."""
+    `simd`: "simd" (or True), "simd-f32" or "numpy" (or False), as `_load_model` takes
+    them."""
     try:
-        from apr_core.speech.model import load_whisper
         started = time.perf_counter()
         _state.pop("model", None)    # one model at a time: free the last one first
-        model = load_whisper(path)
-        kernels = "numpy"
-        if simd:
-            model.net.matmul = _simd_matmul()
-            kernels = "wasm-simd"
+        mode = "simd" if simd is True else ("numpy" if simd is False else str(simd))
+        model, kernels = _load_model(path, mode)
         _state["model"], _state["name"] = model, name
         return json.dumps({"name": name, "kernels": kernels,
                            "load_s": time.perf_counter() - started})

@@ -2,15 +2,16 @@
  * The job a quantized matmul hands to the shell's kernel threads (kernel_thread.js), kept as
  * int32s in a control block inside the kernels' shared memory, so a job costs no message:
  * the Pyodide worker writes it, bumps GENERATION and wakes the threads with Atomics.notify.
- * Every thread computes rows `rowShare(rows, index, threads)` of each weight (thread 0 is the
- * Pyodide worker itself).
+ * Every thread computes rows `rowShare(rows, index, threads)` of each quantized weight and
+ * tokens `tokenShare(T, index, threads)` of each float32 one (kind 0; its rows when T is
+ * 1: `f32Share`) (thread 0 is the Pyodide worker itself).
  */
 const MAX_WEIGHTS = 8;   // weights sharing one x in a plan (q/k/v, gate/up): at most 3 today
 
 /** Int32 offsets in the control block. */
 export const JOB = {
   GENERATION: 0, PENDING: 1, STOP: 2, COUNT: 3, NB: 4, T: 5, XQ: 6, SC: 7, S16: 8, ACC: 9,
-  ACC_BYTES: 10, READY: 16, WEIGHTS: 64, MAX_WEIGHTS,
+  ACC_BYTES: 10, X: 11, COLS: 12, READY: 16, WEIGHTS: 64, MAX_WEIGHTS,
   INTS: 64 + 4 * MAX_WEIGHTS,
 };
 
@@ -18,6 +19,24 @@ export const JOB = {
 export function rowShare(rows, index, threads) {
   const edge = (i) => (i >= threads ? rows : Math.min(rows, Math.floor((rows * i) / threads / 4) * 4));
   return [edge(index), edge(index + 1)];
+}
+
+/** Tokens [first, last) of thread `index` of `threads`: a float32 weight's share of a job
+ * (its kernel runs token by token, so many-token jobs split by tokens). */
+export function tokenShare(T, index, threads) {
+  return [Math.floor((T * index) / threads), Math.floor((T * (index + 1)) / threads)];
+}
+
+/** Thread `index`'s share of a float32 weight `[rows, cols]` at `w` times x `[T, cols]`
+ * into y `[T, rows]` (`f32`: matmul_f32.wat's kernel): its tokens, or its rows when T is 1. */
+export function f32Share(f32, w, x, y, rows, cols, T, index, threads) {
+  if (T === 1 && threads > 1) {
+    const [first, last] = rowShare(rows, index, threads);
+    if (first < last) f32(w + 4 * first * cols, x, y + 4 * first, last - first, cols, 1);
+    return;
+  }
+  const [first, last] = tokenShare(T, index, threads);
+  if (first < last) f32(w, x + 4 * first * cols, y + 4 * first * rows, rows, cols, last - first);
 }
 
 /** Wait until `c[at]` differs from `seen` (a short spin, then Atomics.wait); its new value. */

@@ -1,19 +1,20 @@
 /**
- * A helper thread of the shell's quantized matmuls (simd_kernel.js, KernelThreads): a Web
- * Worker that instantiates the block kernel (matmul_k, or matmul_r on relaxed SIMD) over the
- * kernels' shared WebAssembly memory and computes its share of every weight's rows for each
- * job the Pyodide worker posts there.
+ * A helper thread of the shell's matmuls (simd_kernel.js, KernelThreads): a Web Worker that
+ * instantiates the block kernel (matmul_k, or matmul_r on relaxed SIMD) and the float32 one
+ * over the kernels' shared WebAssembly memory and computes its share of every weight's rows
+ * (float32 weights: of the tokens) for each job the Pyodide worker posts there.
  *
- * Protocol: one message `{module, entry, memory, control, index, threads}` at start; after that,
+ * Protocol: one message `{module, entry, f32Module, memory, control, index, threads}` at start; after that,
  * only the control block (Int32Array in the shared memory, layout in kernel_jobs.js):
  * the Pyodide worker bumps GENERATION, this thread runs the job and decrements PENDING,
  * waking the Pyodide worker when it reaches 0.
  */
-import { JOB, rowShare, waitForChange } from "./kernel_jobs.js";
+import { f32Share, JOB, rowShare, waitForChange } from "./kernel_jobs.js";
 
 self.onmessage = ({ data }) => {
-  const { module, entry, memory, control, index, threads } = data;
+  const { module, entry, f32Module, memory, control, index, threads } = data;
   const matmul = new WebAssembly.Instance(module, { env: { memory } }).exports[entry];
+  const f32 = new WebAssembly.Instance(f32Module, { env: { memory } }).exports.matmul;
   const c = new Int32Array(memory.buffer, control, JOB.INTS);
   Atomics.store(c, JOB.READY + index, 1);
   let seen = Atomics.load(c, JOB.GENERATION);
@@ -26,6 +27,10 @@ self.onmessage = ({ data }) => {
     for (let w = 0; w < c[JOB.COUNT]; w++) {
       const at = JOB.WEIGHTS + 4 * w;
       const [kind, handle, rows, y] = [c[at], c[at + 1], c[at + 2], c[at + 3]];
+      if (kind === 0) {   // float32: this thread's tokens of x [T, cols] and y [T, rows]
+        f32Share(f32, handle, c[JOB.X], y, rows, c[JOB.COLS], T, index, threads);
+        continue;
+      }
       const [first, last] = rowShare(rows, index, threads);
       if (first < last) matmul(kind, handle, xq, sc, s16, y, acc, macc, rows, nb, T, first, last);
     }

@@ -19,7 +19,7 @@ import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
 import { attention, GATES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
-import { JOB, rowShare } from "./kernel_jobs.js";
+import { f32Share, JOB, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
 /** What one wasm32 memory can hold: the kernels' weights and scratch together. */
@@ -103,7 +103,7 @@ export class SimdMatmul {
       const helper = new Worker(new URL("./kernel_thread.js", import.meta.url), { type: "module" });
       const relaxed = Boolean(this.modules[2]);
       helper.postMessage({ module: this.modules[relaxed ? 2 : 1], entry: relaxed ? "matmul_r" : "matmul_k",
-                           memory: this.memory, control: CONTROL, index, threads: this.threads });
+                           f32Module: this.modules[0], memory: this.memory, control: CONTROL, index, threads: this.threads });
       this.helpers.push(helper);
     }
   }
@@ -126,19 +126,24 @@ export class SimdMatmul {
     return this.threads > 1;
   }
 
-  /** The quantized weights of a job, each thread its share of rows; back when all are done. */
-  _runQuantized(jobs, nb, T, xq, sc, s16, acc, accBytes) {
+  /** The weights of a job, each thread its share of a quantized weight's rows (of a float32
+   * weight's tokens, of its rows when T is 1); back when all are done. */
+  _runJobs(jobs, nb, T, xq, sc, s16, acc, accBytes, x, cols) {
     const c = this.control;
     const threads = this._helpersReady() && jobs.length <= JOB.MAX_WEIGHTS ? this.threads : 1;
     if (threads > 1) {
       c[JOB.COUNT] = jobs.length; c[JOB.NB] = nb; c[JOB.T] = T; c[JOB.XQ] = xq; c[JOB.SC] = sc;
-      c[JOB.S16] = s16; c[JOB.ACC] = acc; c[JOB.ACC_BYTES] = accBytes;
+      c[JOB.S16] = s16; c[JOB.ACC] = acc; c[JOB.ACC_BYTES] = accBytes; c[JOB.X] = x; c[JOB.COLS] = cols;
       jobs.forEach(([kind, handle, rows, y], w) => c.set([kind, handle, rows, y], JOB.WEIGHTS + 4 * w));
       Atomics.store(c, JOB.PENDING, threads - 1);
       Atomics.add(c, JOB.GENERATION, 1);
       Atomics.notify(c, JOB.GENERATION);
     }
     for (const [kind, handle, rows, y] of jobs) {
+      if (kind === KIND_F32) {
+        f32Share(this.f32, handle, x, y, rows, cols, T, 0, threads);
+        continue;
+      }
       const [first, last] = rowShare(rows, 0, threads);
       if (first < last) this.blocks(kind, handle, xq, sc, s16, y, acc, acc + accBytes, rows, nb, T, first, last);
     }
@@ -230,11 +235,10 @@ export class SimdMatmul {
     const jobs = [];
     let at = y;
     for (const [kind, handle, rows] of list) {
-      if (kind === KIND_F32) this.f32(handle, x, at, rows, cols, T);
-      else jobs.push([kind, handle, rows, at]);
+      jobs.push([kind, handle, rows, at]);
       at += T * rows * 4;
     }
-    if (jobs.length) this._runQuantized(jobs, nb, T, xq, sc, s16, acc, accBytes);
+    this._runJobs(jobs, nb, T, xq, sc, s16, acc, accBytes, x, cols);
     return { y, yBytes };
   }
 

@@ -35,7 +35,7 @@ async function loadConfig() {
   // Whisper needs numpy, which only Pyodide 0.17 ships offline: 017 unless asked otherwise.
   config.flavor = query.get("pyodide") || "017";
   if (query.get("indexURL")) config.indexURL = query.get("indexURL");
-  if (query.get("kernels")) config.kernels = query.get("kernels");  // simd (default) | numpy
+  if (query.get("kernels")) config.kernels = query.get("kernels");  // simd (default) | simd-exact | simd-f32 | numpy
   if (query.get("threads")) config.threads = Number(query.get("threads"));
   const speechModels = (config.models || []).filter((m) => m.kind === "speech");
   config.defaultModel = query.get("model") || (speechModels[0] || {}).url || "";
@@ -77,6 +77,8 @@ speech.on("progress", (p) => {
   $("load-numbers").textContent = `${(p.loaded / 2 ** 20).toFixed(1)} of ${(p.total / 2 ** 20).toFixed(1)} MiB`;
 });
 
+const KERNEL_LABELS = { "wasm-simd": "SIMD block kernels", "wasm-simd-f32": "SIMD float32 matmul" };
+
 async function loadModel(url) {
   showError(null);
   $("load-button").disabled = true;
@@ -86,7 +88,7 @@ async function loadModel(url) {
     await booted;
     $("load-title").textContent = "Downloading";
     const info = await speech.call("load", new URL(url, location.href).href);
-    $("load-title").textContent = `Ready · ${info.fromCache ? "from the browser's cache · " : ""}loaded in ${info.load_s.toFixed(1)} s · ${info.kernels === "wasm-simd" ? "SIMD matmul" : "numpy matmul"}`;
+    $("load-title").textContent = `Ready · ${info.fromCache ? "from the browser's cache · " : ""}loaded in ${info.load_s.toFixed(1)} s · ${KERNEL_LABELS[info.kernels] || "numpy matmul"}`;
     document.body.dataset.kernels = info.kernels;
     document.body.dataset.modelSource = info.fromCache ? "cache" : "network";
     $("load-bar").style.width = "100%";

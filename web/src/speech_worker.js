@@ -63,20 +63,27 @@ const ops = {
         glue: [...DEFAULTS.glue, "src/apr_webspeech.py"] }, config.base || self.location.href);
       runtime.kernels = "numpy";
       cache = new ShardCache(config.cache || {});
-      if ((config.kernels || "simd") !== "numpy") {
+      // "simd": the projections at stored size on the shell's block kernels, as the text
+      // models run (relaxed SIMD where the browser has it); "simd-exact": the exact block
+      // kernels always; "simd-f32": every weight a float32 copy (the earlier kernel)
+      runtime.mode = config.kernels || "simd";
+      if (["simd", "simd-exact", "simd-f32"].includes(runtime.mode)) {
         try {
-          // The shell's WebAssembly SIMD float32 matmul (threads where the page is
-          // cross-origin isolated) for the model's linear layers; numpy's otherwise.
+          // The kernels (helper threads where the page is cross-origin isolated) for the
+          // model's linear layers; numpy's otherwise.
           if (!(runtime.py._module && runtime.py._module.HEAPU8)) throw new Error("no heap access");
           self.aprSimd = await SimdMatmul.create(() => runtime.py._module.HEAPU8,
-            { threads: config.threads || navigator.hardwareConcurrency || 1 });
+            { threads: config.threads || navigator.hardwareConcurrency || 1,
+              exact: runtime.mode !== "simd" });
           runtime.threads = self.aprSimd.threads;
+          runtime.precision = self.aprSimd.precision;
           runtime.kernels = "wasm-simd";
         } catch (err) { /* no WebAssembly SIMD here: numpy's matmul stays */ }
       }
     }
     return { flavor: runtime.flavor, python: runtime.python, numpy: runtime.numpy,
-             kernels: runtime.kernels, threads: runtime.threads || 1 };
+             kernels: runtime.kernels, threads: runtime.threads || 1,
+             precision: runtime.precision || null };
   },
   /** Download a Whisper APR file (progress events) into Pyodide's memory and load it. */
   async load(url) {
@@ -84,7 +91,8 @@ const ops = {
     const { bytes, fromCache } = await modelBytes(url);
     runtime.FS.writeFile(MODEL_PATH, bytes);
     try {
-      return { ...python("load", MODEL_PATH, url, runtime.kernels === "wasm-simd"),
+      return { ...python("load", MODEL_PATH, url,
+        runtime.kernels !== "wasm-simd" ? "numpy" : runtime.mode === "simd-f32" ? "simd-f32" : "simd"),
                bytes: bytes.length, fromCache };
     } finally {
       runtime.FS.unlink(MODEL_PATH);   // the weights are numpy arrays now: free the file
