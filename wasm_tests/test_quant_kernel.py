@@ -126,11 +126,13 @@ def test_chromium_kernel_equals_its_float32_emulation(request, smollm2_path, nam
 
 
 @pytest.mark.real_model
-def test_chromium_float32_kernel_by_address(kernel_page, smollm2_path):
-    """Types without a quantized kernel take the float32 one, through the same calls."""
+@pytest.mark.parametrize("tokens", [1, 2, 7])
+def test_chromium_float32_kernel_by_address(kernel_page, smollm2_path, tokens):
+    """Types without a quantized kernel take the float32 one, through the same calls (on
+    the helper threads too: one token's rows, else the tokens, split between them)."""
     from apr_core.quant.api import dequantize
     data, dtype, shape = gguf_tensor(smollm2_path, "blk.3.attn_output.weight")
-    x = activations(2, shape[1], seed=5)
+    x = activations(tokens, shape[1], seed=5)
     kind, got = kernel_in_chromium(kernel_page, "blk.3.attn_output.weight", x, quantized=False)
     assert kind == apr_webkernel.KIND_F32
     w = dequantize(data, dtype, shape).astype(np.float64)
