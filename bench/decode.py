@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="demo")
+    parser.add_argument("--model", default="demo", help="a built-in model's name or a GGUF file")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--isa", default="native",
@@ -29,21 +29,21 @@ def main() -> int:
     parser.add_argument("--dots", choices=("default", "both"), default="default",
                         help="both: apr's weights kept quantized, once with the exact one-token "
                              "dots (int16 activations) and once with int8 activations "
-                             "(APR_DOTS; pool.int8_dots), in place of the quantized and dense "
-                             "runs")
+                             "(APR_DOTS=exact / int8, forced over the per-type default of "
+                             "isa.int8_dots), in place of the quantized and dense runs")
     args = parser.parse_args()
     # Must be set before numpy loads OpenBLAS.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "APR_THREADS"):
         os.environ[var] = str(args.threads)
     sys.path[:0] = [ROOT, os.path.join(ROOT, "native")]
-    from apr_native import isa_peers
+    from apr_native import isa, isa_peers
     isa_peers.check(args.isa, False)
     for runtime in ("apr", "llama.cpp"):      # before apr's kernels and llama_cpp load
         os.environ.update(isa_peers.child_env(runtime, args.isa))
     from apr_native.real_models import locate
     from apr_core.runtime.generate import generate
     from apr_native.engine import EngineOptions, load_engine
-    path = str(locate(args.model))
+    path = args.model if os.path.isfile(args.model) else str(locate(args.model))
     prompt = [1, 504, 3458, 282, 4649, 314, 28, 253]
     rates, cpu_rates = {}, {}
     runs = ((("apr quantized", False, None), ("apr dense", True, None))
@@ -54,7 +54,8 @@ def main() -> int:
     for label, dense, act8 in runs:
         engine = load_engine(path, EngineOptions(dequantize=dense), with_tokenizer=False)
         model, label = engine.transformer, "{} ({})".format(label, engine.backend)
-        if act8 is not None:
+        if act8 is not None:        # forced over the per-type default (isa.int8_dots)
+            os.environ[isa.DOTS_ENV] = ("exact", "int8")[act8]
             from apr_native.kernels import pool
             pool.get().task[pool.ACT8] = act8
         model.forward(prompt[:2])                                   # warm up BLAS

@@ -116,11 +116,13 @@ def threads() -> int:
 def _register_numba() -> None:
     from .kernels import cpu
     from .kernels.layer import decoder_block, fused_layers
+    from .dot_select import WRAPPERS      # one token's activation codes per weight type
     for name in cpu.SUPPORTED:
-        registry.register("matmul", name, backend="numba")(cpu.numba_matmul)
-    registry.register("matmul_group", "*", backend="numba")(cpu.numba_matmul_group)
+        registry.register("matmul", name, backend="numba")(WRAPPERS["matmul"](cpu.numba_matmul))
+    registry.register("matmul_group", "*", backend="numba")(
+        WRAPPERS["matmul_group"](cpu.numba_matmul_group))
     for kind, kernel in {**fused_layers.KERNELS, **decoder_block.KERNELS}.items():  # model.fused's
-        registry.register(kind, "*", backend="numba")(kernel)
+        registry.register(kind, "*", backend="numba")(WRAPPERS.get(kind, lambda k: k)(kernel))
 
 
 def _register_cuda() -> None:

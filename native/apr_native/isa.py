@@ -129,22 +129,56 @@ def has(feature: str) -> bool:
 
 
 DOTS_ENV = "APR_DOTS"
+# The weight types whose one-token dots take int8 activation codes by default, at the
+# levels in INT8_LEVELS: the K-quants, where the byte dot gains most per block (1.41x
+# Q4_K, 1.5-1.6x Q6_K on one AVX2 thread; the legacy types 1.07-1.35x) and, at the Qwen2
+# 1.5B shape whose weights are all Q4_K/Q6_K, end to end (docs/performance.md, "Int8
+# decode dots"). The legacy types (Q4_0/1, Q5_0/1, Q8_0) keep the exact dots: with int8
+# codes the demo (SmolLM2-135M Q4_1/Q8_0) flips its near-tie first answer token.
+INT8_TYPES = frozenset({"Q4_K", "Q6_K"})
+# The levels measured faster with them: AVX2 without AVX-512 (`has`), i.e. "avx2", or
+# "native" on an AVX2-only host.
+INT8_LEVELS = ("avx2",)
 
 
-def int8_dots() -> bool:
-    """Whether one token's matvecs take int8 activation codes: $APR_DOTS "int8" (opt in) or
-    "exact" (int16 codes, the default). Not the default anywhere: on the AVX2 level they are
-    1.1-1.6x faster per block on one thread and their next-token KL to the exact path is
-    below llama.cpp's, but they flip the demo's near-tie first answer token (SmolLM2, "What
-    is the capital of France?": "L'Étoile ..." instead of "Paris", as llama.cpp's int8
-    activations do), and end to end they measured within the noise of the exact dots."""
+def dots_forced() -> Optional[bool]:
+    """$APR_DOTS: True for "int8", False for "exact", None when unset (the per-type
+    default of `int8_dots`)."""
     wanted = os.environ.get(DOTS_ENV, "").strip().lower()
     if wanted in ("int8", "exact"):
         return wanted == "int8"
     if wanted:
         raise AprError(ErrorCode.ARGUMENT, "{} must be int8 or exact".format(DOTS_ENV),
                        value=wanted)
-    return False
+    return None
+
+
+def int8_level() -> bool:
+    """Whether the requested level is one of INT8_LEVELS: AVX2 and no AVX-512."""
+    return has("avx2") and not has("avx512f")
+
+
+@functools.lru_cache(maxsize=None)
+def _int8_default(level: str, types: Tuple[str, ...]) -> bool:
+    return bool(types) and all(t in INT8_TYPES for t in types) and int8_level()
+
+
+def int8_dots(types: Tuple[str, ...] = ()) -> bool:
+    """Whether one token's matvecs over weights of the GGML `types` take int8 activation
+    codes (`vpmaddubsw`) rather than int16 ones (the exact dots): $APR_DOTS "int8" or
+    "exact" forces either for every type; unset, int8 exactly when every one of `types`
+    is in INT8_TYPES and the level is one of INT8_LEVELS (no types: exact). One pool task
+    takes one kind of codes, so a task (a layer's one-call step, a group of projections)
+    mixing K-quant and legacy weights takes the exact ones (`dot_select`).
+
+    The int8 dots' next-token KL to the exact path is below llama.cpp's own (whose
+    activations are int8 too; tests/native/test_int8_quality.py); they are not exact:
+    on the legacy-quant demo (SmolLM2, "What is the capital of France?") they answer
+    "L'Étoile ..." instead of "Paris", as llama.cpp's int8 activations do."""
+    forced = dots_forced()
+    if forced is not None:
+        return forced
+    return _int8_default(requested(), tuple(types))
 
 
 def apply() -> str:

@@ -1,9 +1,9 @@
-"""The int8-activation decode dots (`isa.int8_dots`: one token's matvecs when
-$APR_DOTS=int8 opts in) against their numpy replay (int8_replay.py), bit for bit, on
-synthetic blocks of the types apr's real models use most (Q4_K, Q6_K, Q8_0, Q4_0, Q4_1):
-the kernel alone, and one token's matvec through a pool that has the int8 path on. The
-quality test (next-token KL to the exact path no larger than llama.cpp's) is
-test_int8_quality.py.
+"""The int8-activation decode dots (`isa.int8_dots`: one token's matvecs over Q4_K/Q6_K
+weights at the AVX2 level, or any type when $APR_DOTS=int8) against their numpy replay
+(int8_replay.py), bit for bit, on synthetic blocks of the types apr's real models use most
+(Q4_K, Q6_K, Q8_0, Q4_0, Q4_1): the kernel alone, and one token's matvec through a pool
+that has the int8 path on; and the per-type default (`test_selection`). The quality test
+(next-token KL to the exact path no larger than llama.cpp's) is test_int8_quality.py.
 """
 import numpy as np
 import pytest
@@ -79,12 +79,28 @@ def test_one_token_matvec_on_an_int8_pool_equals_the_replay(threads):
 
 
 def test_selection(monkeypatch):
+    """The default (test_dot_select.py holds what each kernel call gets of it): int8 for
+    Q4_K/Q6_K at the AVX2 level, exact for the legacy types, for a mix, and elsewhere;
+    $APR_DOTS forces either for every type."""
     monkeypatch.delenv(isa.DOTS_ENV, raising=False)
-    assert not isa.int8_dots()                 # opt in only: the exact dots by default
+    assert not isa.int8_dots()                 # no weight types: the exact dots
+    for legacy in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
+        assert not isa.int8_dots((legacy,))
+    assert not isa.int8_dots(("Q4_K", "Q8_0"))   # one task mixing them: exact
+    assert isa.int8_dots(("Q4_K", "Q6_K")) == isa.int8_level()
+    monkeypatch.setenv(isa.ENV, "generic")
+    assert not isa.int8_level() and not isa.int8_dots(("Q4_K",))
+    if "avx2" in isa.available():
+        monkeypatch.setenv(isa.ENV, "avx2")
+        assert isa.int8_level() and isa.int8_dots(("Q4_K", "Q6_K"))
+        assert not isa.int8_dots(("Q4_1",))
+    if "avx512" in isa.available():
+        monkeypatch.setenv(isa.ENV, "avx512")   # not measured there: exact
+        assert not isa.int8_dots(("Q4_K",))
     monkeypatch.setenv(isa.DOTS_ENV, "exact")
-    assert not isa.int8_dots()
+    assert not isa.int8_dots(("Q4_K", "Q6_K"))
     monkeypatch.setenv(isa.DOTS_ENV, "int8")
-    assert isa.int8_dots()
+    assert isa.int8_dots() and isa.int8_dots(("Q8_0",))
     monkeypatch.setenv(isa.DOTS_ENV, "fast")
     with pytest.raises(AprError):
-        isa.int8_dots()
+        isa.int8_dots(("Q4_K",))

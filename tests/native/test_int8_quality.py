@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "wasm_tests"))
 
 from apr_core.runtime.text_model import TextModel               # noqa: E402
-from apr_native import backends                                  # noqa: E402
+from apr_native import backends, dot_select, isa                 # noqa: E402
 from apr_native.kernels import pool                              # noqa: E402
 from apr_native.mmap_source import open_mmap                     # noqa: E402
 from wasm_shared import (PROMPT, assert_greedy_ties_aside, gap_error,  # noqa: E402
@@ -32,11 +32,15 @@ GREEDY = 8
 LEAST = {"smollm2_gguf": 5, "qwen_gguf": 1}
 
 
-def _decode(model, ids, act8):
+def _decode(model, ids, dots, monkeypatch):
     """Logits at every position of `ids` fed one token at a time, then `GREEDY` greedy
-    tokens and their top-2 gaps, on a pool with int8 codes on or off."""
+    tokens and their top-2 gaps, with $APR_DOTS `dots` ("exact", "int8"; None: unset,
+    the per-type default), which the kernels read per call (`dot_select`)."""
+    if dots is None:
+        monkeypatch.delenv(isa.DOTS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(isa.DOTS_ENV, dots)
     workers = pool.Pool(1)
-    workers.task[pool.ACT8] = int(act8)
     before = pool.bind(workers)
     try:
         cache = model.new_cache(len(ids) + GREEDY + 1)
@@ -54,16 +58,29 @@ def _decode(model, ids, act8):
 
 
 @pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
-def test_int8_dots_are_no_further_from_exact_than_llama_cpp(model, request):
+def test_int8_dots_are_no_further_from_exact_than_llama_cpp(model, request, monkeypatch):
+    """APR_DOTS=int8 (every type), and the default (int8 for the K-quant types at the AVX2
+    level, by layer: `dot_select`), against the exact path (APR_DOTS=exact)."""
     path = request.getfixturevalue(model)
     text_model = TextModel.load(path, opener=open_mmap, kernels=backends.select("numba"))
     ids = text_model.prompt_ids(PROMPT)
-    exact, exact_tokens, gaps = _decode(text_model.transformer, ids, False)
-    int8, int8_tokens, _ = _decode(text_model.transformer, ids, True)
-    ours = next_token_kl(exact, int8)
+    transformer = text_model.transformer
+    exact, exact_tokens, gaps = _decode(transformer, ids, "exact", monkeypatch)
     theirs = next_token_kl(exact, llama_cpp_logits(path, ids))
-    print(model, "KL to the exact path: int8 max {:.2e} mean {:.2e}; llama.cpp max {:.2e} "
-          "mean {:.2e}".format(ours.max(), ours.mean(), theirs.max(), theirs.mean()))
-    assert ours.max() <= theirs.max(), (ours, theirs)
-    assert_greedy_ties_aside(int8_tokens, exact_tokens, gaps, gap_error(exact, int8),
-                             LEAST[model])
+    for dots in ("int8", None):
+        got, got_tokens, _ = _decode(transformer, ids, dots, monkeypatch)
+        ours = next_token_kl(exact, got)
+        print(model, dots or "default", "KL to the exact path: max {:.2e} mean {:.2e}; "
+              "llama.cpp max {:.2e} mean {:.2e}".format(ours.max(), ours.mean(),
+                                                        theirs.max(), theirs.mean()))
+        assert ours.max() <= theirs.max(), (dots, ours, theirs)
+        assert_greedy_ties_aside(got_tokens, exact_tokens, gaps, gap_error(exact, got),
+                                 LEAST[model])
+    # the default's layers: int8 exactly where every projection is Q4_K/Q6_K at the AVX2
+    # level; neither model has such a layer (SmolLM2: Q4_1/Q8_0; Qwen2.5-0.5B Q4_K_M:
+    # Q5_0/Q8_0 with a Q4_K or Q6_K ffn_down), so both default to the exact dots
+    monkeypatch.delenv(isa.DOTS_ENV, raising=False)
+    layers = [isa.int8_dots(dot_select.layer_types(b)) for b in transformer.blocks]
+    assert not any(layers)
+    assert any(set(dot_select.layer_types(b)) & isa.INT8_TYPES for b in transformer.blocks) \
+        == (model == "qwen_gguf")

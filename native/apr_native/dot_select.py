@@ -1,0 +1,91 @@
+"""Which activation codes one token's matvecs take, per weight type: the numba backend's
+kernels that post one-token dots to `kernels.pool` ("matmul", "matmul_group",
+"matmul_glu", "decoder_block") are registered wrapped here, and each wrapper sets the
+pool's `ACT8` word before the call to `isa.int8_dots` of the weight types the call reads:
+int8 codes for Q4_K/Q6_K at the AVX2 level, the exact int16 codes for everything else,
+$APR_DOTS forcing either. The kernels themselves are untouched: they read `ACT8` per task.
+
+One pool task takes one kind of codes, so the choice is per call: a layer's one-call
+step (`decoder_block`) takes int8 codes when every projection of the layer is of an int8
+type (the Qwen2 1.5B and 7B shapes, all Q4_K/Q6_K), else exact ones (Qwen2.5-0.5B
+Q4_K_M, whose layers mix Q5_0/Q8_0 with a Q4_K or Q6_K ffn_down); a model whose layers
+run op by op gets the choice per projection.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Dict, Tuple
+
+import numpy as np
+
+from . import isa
+
+
+def _names(linears: Any) -> Tuple[str, ...]:
+    return tuple(getattr(getattr(l, "dtype", None), "name", "") for l in linears
+                 if l is not None)
+
+
+def _choose(types: Tuple[str, ...]) -> None:
+    from .kernels import pool
+    pool.get().task[pool.ACT8] = isa.int8_dots(types)
+
+
+def matmul(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Kind "matmul": `kernel(data, dtype, shape, x, scratch_elements)`."""
+    def chosen(data: np.ndarray, dtype: Any, shape: Any, x: np.ndarray,
+               scratch_elements: int) -> np.ndarray:
+        if x.shape[0] == 1:                     # ACT8 is read for one token only
+            _choose((dtype.name,))
+        return kernel(data, dtype, shape, x, scratch_elements)
+    chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
+    return chosen
+
+
+def matmul_group(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """Kind "matmul_group": `kernel(linears, x)`."""
+    def chosen(linears: Any, x: np.ndarray) -> Any:
+        if x.shape[0] == 1:
+            _choose(_names(linears))
+        return kernel(linears, x)
+    chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
+    return chosen
+
+
+def matmul_glu(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Kind "matmul_glu": `kernel(gate, up, x, act)`."""
+    def chosen(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
+        if x.shape[0] == 1:
+            _choose(_names((gate, up)))
+        return kernel(gate, up, x, act)
+    chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
+    return chosen
+
+
+# block -> the weight types of its projections; forgotten with the block.
+_layer_types: "weakref.WeakKeyDictionary[Any, Tuple[str, ...]]" = weakref.WeakKeyDictionary()
+
+
+def layer_types(block: Any) -> Tuple[str, ...]:
+    """The weight types of `block`'s projections (its `linears`)."""
+    types = _layer_types.get(block)
+    if types is None:
+        types = _layer_types[block] = _names(block.linears.values())
+    return types
+
+
+def decoder_block(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Kind "decoder_block": `kernel(model, block, x, positions, cache, tables)`."""
+    def chosen(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, cache: Any,
+               tables: Dict[str, Any]) -> np.ndarray:
+        if x.shape[0] == 1:
+            _choose(layer_types(block))
+        return kernel(model, block, x, positions, cache, tables)
+    chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
+    return chosen
+
+
+WRAPPERS = {"matmul": matmul, "matmul_group": matmul_group, "matmul_glu": matmul_glu,
+            "decoder_block": decoder_block}
+
+__all__ = ["WRAPPERS", "layer_types"]
