@@ -4,8 +4,10 @@ faster) on one > 30 s espeak-ng clip, at the same thread count.
 
 * apr f16 (native): `apr_core.speech.transcribe` on the APR file `apr import` writes from the
   same CTranslate2 directory, numpy's BLAS limited to `--threads`;
-* apr (chromium): the speech page (web/speech.html, Pyodide 0.17 + numpy, no BLAS) on the
-  same samples, timed inside the worker (decoding by WebAudio is not counted);
+* apr f16 / Q8_0 (chromium): the speech page (web/speech.html, Pyodide 0.17 + numpy, no
+  BLAS; its projections on the shell's WebAssembly SIMD kernels and their helper threads) on
+  each of the two APR files and the same samples, timed inside the worker (decoding by
+  WebAudio is not counted);
 * apr Q8_0 (native): the same on the file `apr convert --quantize Q8_0` makes of it, its
   projections on the block kernels `backends.select` picks (`apr_native.speech_native`);
 * faster-whisper int8 / float32: `WhisperModel(dir, compute_type=..., cpu_threads=threads)`;
@@ -178,7 +180,8 @@ def main(args: argparse.Namespace) -> int:
             samples = read_audio(handle.read())
         audio_s = len(samples) / SAMPLE_RATE
         peers = native_peers(model_dir, aprs, ggmls, args.threads)
-        browser = None if args.no_browser else BrowserPeer(aprs["f16"])
+        browsers = {} if args.no_browser else {
+            "apr {} (chromium)".format(label): BrowserPeer(path) for label, path in aprs.items()}
         best = {}
         texts = {}
         runs = {}
@@ -191,12 +194,14 @@ def main(args: argparse.Namespace) -> int:
                 best[name] = min(best.get(name, elapsed), elapsed)
                 print("round {} {}: {:.1f} s".format(round_index + 1, name, elapsed),
                       file=sys.stderr, flush=True)
-            if browser is not None and round_index < args.browser_rounds:
+            for name, browser in browsers.items():
+                if round_index >= args.browser_rounds:
+                    break
                 text, elapsed = browser.run(samples)
-                texts["apr (chromium)"] = text
-                runs.setdefault("apr (chromium)", []).append(elapsed)
-                best["apr (chromium)"] = min(best.get("apr (chromium)", elapsed), elapsed)
-        if browser is not None:
+                texts[name] = text
+                runs.setdefault(name, []).append(elapsed)
+                best[name] = min(best.get(name, elapsed), elapsed)
+        for browser in browsers.values():
             browser.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
