@@ -25,10 +25,10 @@ MAIN_ONLY = ("native", "real_model")
 # test folders of apr_native (kernels, CLI, server): the main Python only, by construction
 NATIVE_FOLDERS = ("native", "cli", "server")
 _DESELECTED = []
-# The kernel tests hold the exact paths (int16 activation codes, the default) to numpy's
-# bounds, also where a developer's shell opts in to the int8 decode dots
-# (`apr_native.isa.int8_dots`); those have tests of their own (tests/native/test_int8_*.py),
-# which turn them on per pool.
+# The kernel tests hold the exact paths (int16 activation codes) to numpy's bounds, on every
+# weight type and whatever a developer's shell sets: the int8 decode dots
+# (`apr_native.isa.int8_dots`: by default Q4_K/Q6_K at the AVX2 level) have tests of their
+# own (tests/native/test_int8_*.py, test_dot_select.py), which set the choice per pool.
 os.environ["APR_DOTS"] = "exact"
 
 
