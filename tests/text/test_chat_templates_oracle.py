@@ -19,12 +19,11 @@ from apr_core.formats.gguf import read_gguf
 from apr_core.text.chat import render_chat
 from apr_core.text.chat_probe import probe_template
 
-# transformers and HF tokenizers: the main Python only (deselected on the Python 3.8 run)
-pytestmark = pytest.mark.native
 from requires import needs
 
-# transformers and HF tokenizers do not install on the Python 3.8 run: deselected there.
-pytestmark = needs("transformers", "tokenizers", "jinja2")
+# transformers and HF tokenizers do not install on the Python 3.8 run: the main Python only
+# (deselected there), and these oracles are needed
+pytestmark = [pytest.mark.native, needs("transformers", "tokenizers", "jinja2")]
 
 CACHE = os.environ.get("APR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "apr")
 TEMPLATES = os.path.join(CACHE, "llama.cpp-src", "models", "templates")
