@@ -14,13 +14,18 @@ faster) on one > 30 s espeak-ng clip, at the same thread count.
 * whisper.cpp f16 / Q8_0 (PyPI `pywhispercpp`, its manylinux wheel): on the files `apr export
   --format whisper.cpp` writes of those two APR files -- the same weights -- with
   `n_threads=threads`, language fixed to English (it would otherwise encode the first window
-  twice to detect it).
+  twice to detect it);
+* whisper.cpp f16 / Q8_0 wasm (chromium): the same ggml files in whisper.cpp compiled to
+  WebAssembly (npm `@transcribe/shout`, SIMD and pthreads) in a cross-origin isolated page of
+  its own, on `--threads` threads, timed inside the page (the transcription only, not the
+  model's fetch or load); see bench/whisper_wasm_peer.py.
 All decode greedily (beam 1) with timestamps, the same temperature fallback and no VAD.
 Rounds alternate between the peers so load from elsewhere on the machine falls on all alike;
 the best round of each counts. The word error rate against the text espeak-ng spoke is
 printed too (a check that every peer did the same work).
 
-    .venv/bin/python bench/whisper.py [--rounds 3] [--threads 2] [--no-browser] [--json]
+    .venv/bin/python bench/whisper.py [--rounds 3] [--threads 2] [--no-browser]
+        [--browser-only] [--no-wasm] [--json]
 """
 from __future__ import annotations
 
@@ -33,7 +38,10 @@ PARSER.add_argument("--rounds", type=int, default=3, help="alternating rounds (b
 PARSER.add_argument("--browser-rounds", type=int, default=1,
                     help="rounds of the (slow) Chromium peer, within the first rounds")
 PARSER.add_argument("--threads", type=int, default=2, help="threads of every native peer")
-PARSER.add_argument("--no-browser", action="store_true", help="skip apr in Chromium")
+PARSER.add_argument("--no-browser", action="store_true", help="skip the Chromium peers")
+PARSER.add_argument("--browser-only", action="store_true",
+                    help="only the Chromium peers (apr and whisper.cpp wasm)")
+PARSER.add_argument("--no-wasm", action="store_true", help="skip whisper.cpp wasm in Chromium")
 PARSER.add_argument("--json", action="store_true", help="print the results as JSON")
 ARGS = PARSER.parse_args() if __name__ == "__main__" else None
 if ARGS is not None:   # before numpy loads: its BLAS reads these once
@@ -47,7 +55,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "native"), os.path.join(ROOT, "tests")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "native"), os.path.join(ROOT, "tests"),
+                os.path.join(ROOT, "bench")]
 
 from speech_util import word_error_rate  # noqa: E402  (the tests' own measure)
 
@@ -128,12 +137,32 @@ def make_files(model_dir: str, work: str) -> tuple:
     return aprs, ggmls
 
 
+PLAYWRIGHT: list = []
+
+
+def playwright():
+    """One Playwright driver for every Chromium peer (its sync API starts once a process)."""
+    if not PLAYWRIGHT:
+        from playwright.sync_api import sync_playwright
+        PLAYWRIGHT.append(sync_playwright().start())
+    return PLAYWRIGHT[0]
+
+
+def wasm_peers(ggml_paths: dict, threads: int) -> dict:
+    """whisper.cpp compiled to WebAssembly in Chromium on each ggml file of {label: path}."""
+    from whisper_wasm_peer import ShoutPeer, missing
+    if missing():
+        print("skipping whisper.cpp wasm: " + missing(), file=sys.stderr)
+        return {}
+    return {"whisper.cpp {} wasm (chromium)".format(label):
+            ShoutPeer(path, threads, CHROMIUM_FLAGS, playwright())
+            for label, path in ggml_paths.items()}
+
+
 class BrowserPeer:
     """The speech page in Chromium with the APR file loaded; `run(samples)` -> (text, s)."""
 
     def __init__(self, apr_path: str) -> None:
-        from playwright.sync_api import sync_playwright
-
         from apr_native.cli.web_cmd import list_models
         from apr_native.web_bundle import prepare_site, site_mounts
         from apr_native.web_server import StaticServer
@@ -141,8 +170,7 @@ class BrowserPeer:
         models_dir = os.path.dirname(apr_path)
         prepare_site(self.site_dir, flavor="017", models=list_models(models_dir))
         self.server = StaticServer(site_mounts(self.site_dir, models_dir)).start()
-        self.play = sync_playwright().start()
-        self.browser = self.play.chromium.launch(executable_path=shutil.which("chromium"),
+        self.browser = playwright().chromium.launch(executable_path=shutil.which("chromium"),
                                                  args=CHROMIUM_FLAGS)
         self.page = self.browser.new_page()
         self.page.set_default_timeout(3_600_000)
@@ -164,7 +192,6 @@ class BrowserPeer:
 
     def close(self) -> None:
         self.browser.close()
-        self.play.stop()
         self.server.stop()
         shutil.rmtree(self.site_dir, ignore_errors=True)
 
@@ -179,9 +206,11 @@ def main(args: argparse.Namespace) -> int:
         with open(make_clip(work), "rb") as handle:
             samples = read_audio(handle.read())
         audio_s = len(samples) / SAMPLE_RATE
-        peers = native_peers(model_dir, aprs, ggmls, args.threads)
+        peers = {} if args.browser_only else native_peers(model_dir, aprs, ggmls, args.threads)
         browsers = {} if args.no_browser else {
             "apr {} (chromium)".format(label): BrowserPeer(path) for label, path in aprs.items()}
+        if not (args.no_browser or args.no_wasm):
+            browsers.update(wasm_peers(ggmls, args.threads))
         best = {}
         texts = {}
         runs = {}
@@ -198,11 +227,15 @@ def main(args: argparse.Namespace) -> int:
                 if round_index >= args.browser_rounds:
                     break
                 text, elapsed = browser.run(samples)
+                print("round {} {}: {:.1f} s".format(round_index + 1, name, elapsed),
+                      file=sys.stderr, flush=True)
                 texts[name] = text
                 runs.setdefault(name, []).append(elapsed)
                 best[name] = min(best.get(name, elapsed), elapsed)
         for browser in browsers.values():
             browser.close()
+        if PLAYWRIGHT:
+            PLAYWRIGHT.pop().stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load = os.getloadavg()[0]
@@ -215,9 +248,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print("Whisper base, {:.1f} s espeak-ng clip, {} thread(s), best of {} alternating "
           "rounds (load average {:.2f})".format(audio_s, args.threads, args.rounds, load))
-    print("{:<24} {:>9} {:>8} {:>6}   runs (s)".format("peer", "best (s)", "RTF", "WER"))
+    print("{:<32} {:>9} {:>8} {:>6}   runs (s)".format("peer", "best (s)", "RTF", "WER"))
     for row in rows:
-        print("{:<24} {:>9.2f} {:>7.2f}x {:>6.3f}   {}".format(
+        print("{:<32} {:>9.2f} {:>7.2f}x {:>6.3f}   {}".format(
             row["peer"], row["best_s"], row["rtf"], row["wer"],
             " ".join("{:.1f}".format(r) for r in row["runs_s"])))
     return 0

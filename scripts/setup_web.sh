@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Browser shell dependencies (called by scripts/setup.sh): the npm packages pinned in
-# web/package-lock.json (Pyodide 314, Pyodide 0.17 full, hash-wasm, wllama) and the msgpack
-# wheel PyPI serves for Pyodide 314. Downloads are cached under $APR_CACHE, so a clean clone
+# web/package-lock.json (Pyodide 314, Pyodide 0.17 full, hash-wasm, wllama, and whisper.cpp's
+# wasm build @transcribe/shout for bench/whisper.py) and the msgpack wheel PyPI serves for
+# Pyodide 314. Downloads are cached under $APR_CACHE, so a clean clone
 # in CI only re-extracts them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
