@@ -80,17 +80,25 @@ class ShoutPeer:
                                                  args=chromium_flags)
         self.page = self.browser.new_page()
         self.page.set_default_timeout(3_600_000)
+        origin = self.server.url("/")
+        self.foreign = []   # any request off the bench's origin (there must be none)
+        self.page.on("request", lambda request: None if request.url.startswith(origin)
+                     else self.foreign.append(request.url))
         self.page.goto(self.server.url("/shout.html"))
         self.page.wait_for_function("window.shoutReady === true")
         self.info = self.page.evaluate("(u) => loadShout(u)", self.server.url("/models/model.bin"))
         if not self.info["isolated"]:
             raise RuntimeError("the page is not cross-origin isolated (no threads)")
+        if self.foreign:
+            raise RuntimeError("whisper.cpp wasm fetched off the origin: {}".format(self.foreign))
 
     def run(self, samples) -> tuple:
         """(text, seconds of whisper_full inside the page)."""
         encoded = base64.b64encode(samples.astype("<f4").tobytes()).decode()
         result = self.page.evaluate("([b, n]) => runShout(b, n)", [encoded, self.threads])
         self.system_info = result["log"]
+        if self.foreign:
+            raise RuntimeError("whisper.cpp wasm fetched off the origin: {}".format(self.foreign))
         return result["text"], result["wall_s"]
 
     def close(self) -> None:
