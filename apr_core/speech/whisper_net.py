@@ -10,7 +10,9 @@ Weights use the APR Whisper names (`names.py`); the fused projections are kept f
 (self-attention q|k|v as one [3d, d] matrix, cross-attention k|v as [2d, d]), so each is
 one matrix product. Every product with a weight -- the linear layers, the logits and the
 two convolutions (as im2col + one product) -- goes through `self.matmul` (numpy's `@` by
-default), the seam where a backend plugs in a faster kernel (the browser's SIMD kernel).
+default), the seam where a backend plugs in a faster kernel (the browser's SIMD kernel);
+each head of the encoder's attention goes to `self.attention_head` when set (the browser's
+kernels: products and softmax), else numpy's blocks (`attention`); GELU is `self.gelu`.
 Each decoder step runs inside `self.decoder_scope()` (nothing by default): natively it
 keeps BLAS on one thread for the step's tiny products (`apr_native.speech_native`); the
 encoder inside `self.encoder_scope()`. The encoder's work on 1500 frames -- products,
@@ -66,14 +68,17 @@ def _merge(x: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-              mask: Optional[np.ndarray] = None, map_fn: Callable = map) -> np.ndarray:
+              mask: Optional[np.ndarray] = None, map_fn: Callable = map,
+              head_fn: Optional[Callable[..., np.ndarray]] = None) -> np.ndarray:
     """[..., H, Tq, dh] x [..., H, Tk, dh] -> [..., H, Tq, dh] (scaled dot product).
 
     The softmax runs in place on the scores and its normalisation is applied to the
     [.., Tq, dh] product instead of the [.., Tq, Tk] weights. From `SCORE_ROWS` query rows
     (the encoder's 1500) each head runs on its own (`map_fn` over heads: threads natively)
     in blocks of `SCORE_ROWS` rows, so a block's scores stay in cache through the
-    softmax's passes instead of the whole 8 x 1500 x 1500 going to memory on each."""
+    softmax's passes instead of the whole 8 x 1500 x 1500 going to memory on each.
+    `head_fn(q [Tq, dh] already scaled, k [Tk, dh], v [Tk, dh]) -> [Tq, dh]`, when given
+    (and no mask), computes such a head instead: the browser's SIMD kernels."""
     if q.shape[-2] < SCORE_ROWS:
         return _attention_batched(q, k, v, mask)
     n_q, dh = q.shape[-2:]
@@ -84,6 +89,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     out = np.empty(qf.shape, np.float32)                        # [N, Tq, dh]
 
     def head(h: int) -> None:
+        if head_fn is not None and mask is None:
+            out[h] = head_fn(qf[h] * scale, kf[h], vf[h])       # [Tq, dh]
+            return
         keys = kf[h].T                                          # [dh, Tk]
         for a in range(0, n_q, SCORE_ROWS):
             b = min(n_q, a + SCORE_ROWS)
@@ -195,6 +203,10 @@ class WhisperNet:
         self.encoder_scope: Callable[[], Any] = contextlib.nullcontext
         self.map: Callable = map
         self.parts = 1
+        # the encoder's attention per head, (q [T, dh] scaled, k, v [T, dh]) -> [T, dh]
+        # (`attention`'s head_fn): None is numpy's; the browser plugs in its kernels
+        self.attention_head: Optional[Callable[..., np.ndarray]] = None
+        self.gelu: Callable[[np.ndarray], np.ndarray] = gelu   # (the browser: its kernels')
         self._cross_of: Optional[np.ndarray] = None     # features `_cross` was made from
         self._cross: List[tuple] = []
         self._flat: Dict[str, np.ndarray] = {}   # conv weights as [C_out, C_in * 3] (kept:
@@ -260,8 +272,8 @@ class WhisperNet:
 
     def _encode(self, mel: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(mel.T, dtype=np.float32)                   # [3000, n_mels]
-        x = self.by_rows(gelu, self._conv(x, "encoder.conv1", 1))           # [3000, d]
-        x = self.by_rows(gelu, self._conv(x, "encoder.conv2", 2))           # [1500, d]
+        x = self.by_rows(self.gelu, self._conv(x, "encoder.conv1", 1))           # [3000, d]
+        x = self.by_rows(self.gelu, self._conv(x, "encoder.conv2", 2))           # [1500, d]
         x = x + self.w["encoder.positional_embedding"]                      # [1500, d]
         heads = self.config.n_audio_head
         for i in range(self.config.n_audio_layer):
@@ -269,10 +281,10 @@ class WhisperNet:
             h = layer_norm(x, self.w[p + "attn_ln.weight"], self.w[p + "attn_ln.bias"])
             q, k, v = np.split(self._wide(h, p + "attn.qkv"), 3, axis=-1)  # 3 x [T, d]
             a = attention(_heads(q, heads), _heads(k, heads), _heads(v, heads),
-                          map_fn=self.map)
+                          map_fn=self.map, head_fn=self.attention_head)
             x = x + self._wide(_merge(a), p + "attn.out")
             h = layer_norm(x, self.w[p + "mlp_ln.weight"], self.w[p + "mlp_ln.bias"])
-            x = x + self._wide(self.by_rows(gelu, self._wide(h, p + "mlp.fc1")), p + "mlp.fc2")
+            x = x + self._wide(self.by_rows(self.gelu, self._wide(h, p + "mlp.fc1")), p + "mlp.fc2")
         return layer_norm(x, self.w["encoder.ln_post.weight"], self.w["encoder.ln_post.bias"])
 
     def start(self, audio_features: np.ndarray) -> DecoderState:
@@ -336,7 +348,7 @@ class WhisperNet:
             q = self.linear(h, p + "cross_attn.query").reshape(b, n, heads, -1)  # [B, n, H, dh]
             x = x + self.linear(_cross_attention(q, *state.cross[i]), p + "cross_attn.out")
             h = layer_norm(x, self.w[p + "mlp_ln.weight"], self.w[p + "mlp_ln.bias"])
-            x = x + self.linear(gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
+            x = x + self.linear(self.gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
         state.length = start + n
         return layer_norm(x, self.w["decoder.ln.weight"], self.w["decoder.ln.bias"])
 

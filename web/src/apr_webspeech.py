@@ -40,6 +40,35 @@ def _simd_matmul(kernel: Any) -> Any:
     return matmul
 
 
+def _simd_attention() -> Any:
+    """One head of the encoder's attention, `(q [T, dh] scaled, k [S, dh], v [S, dh]) ->
+    [T, dh]`, on the shell's kernels (`kernel.attend`, simd_kernel.js: both products on the
+    float32 SIMD kernel and its helper threads, the softmax in JavaScript; operands copied
+    into its reused scratch area per call)."""
+    import js  # type: ignore[import-not-found]  # the worker's globals: aprSimd
+    import numpy as np
+    from apr_webkernel import _address
+
+    def head(q: Any, k: Any, v: Any) -> Any:
+        q, k, v = (np.ascontiguousarray(a, np.float32) for a in (q, k, v))
+        out = np.empty(q.shape, np.float32)                             # [T, dh]
+        js.aprSimd.attend(_address(q), _address(k), _address(v), q.shape[0], k.shape[0],
+                      q.shape[1], _address(out))
+        return out
+    return head
+
+
+def _simd_gelu(x: Any) -> Any:
+    """Whisper's exact GELU of x (float32, any shape) on the shell's loop (`geluErf`,
+    kernels/fused.js), on a copy: Pyodide's numpy calls out of WebAssembly for each exp."""
+    import js  # type: ignore[import-not-found]  # the worker's globals: aprSimd
+    import numpy as np
+    from apr_webkernel import _address
+    out = np.array(x, dtype=np.float32, order="C", copy=True)
+    js.aprSimd.geluErf(_address(out), out.size)
+    return out
+
+
 def _shell_kernels() -> Any:
     """(block kernels, widened kernels, the float32 WasmMatmul) over the shell's kernels,
     registered once and emptied of the last model's weights; None without them.
@@ -86,6 +115,8 @@ def _load_model(path: str, mode: str) -> Any:
                 return model, "wasm-simd-f32"
             model = load_whisper(path, kernels=blocks, audio_kernels=audio, plain=True)
             model.net.matmul = _simd_matmul(widened)   # the two convolutions' products
+            model.net.attention_head = _simd_attention()   # encoder attention
+            model.net.gelu = _simd_gelu
             return model, "wasm-simd"
     return load_whisper(path), "numpy"
 

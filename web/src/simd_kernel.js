@@ -18,7 +18,7 @@
 import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
-import { attention, GATES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
+import { attention, GATES, geluErf, rmsNormAdd, ropeStore } from "./kernels/fused.js";
 import { f32Share, JOB, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
@@ -36,6 +36,10 @@ const decode = (base64) => Uint8Array.from(atob(base64), (c) => c.charCodeAt(0))
 /** Kind codes of apr_webkernel.QUANTIZED (0: float32); 5 is Q2_K, whose mins need sums16. */
 const KIND_F32 = 0;
 const KIND_Q2_K = 5;
+/** The float32 kernel sums 4 x 4 lanes a step: its columns are a multiple of 16. */
+const LANES = 16;
+/** Query rows per block of `attend`: a block's scores [rows, S'] stay in cache. */
+const ATTEND_ROWS = 256;
 
 export class SimdMatmul {
   /**
@@ -252,6 +256,72 @@ export class SimdMatmul {
     this.heap().set(new Uint8Array(this.memory.buffer, y, yBytes), yAddress);
   }
 
+  /**
+   * One head of scaled dot-product attention (Whisper's encoder) over float32 arrays in the
+   * Python heap: q `[T, dh]` (already scaled), k and v `[S, dh]` -> out `[T, dh]`. k, and v
+   * transposed to `[dh, S]`, are copied once into the scratch area (reused: the memory does
+   * not grow per call), padded with zero keys to S' (a multiple of 16, what the float32
+   * kernel takes); then per block of ATTEND_ROWS query rows (its scores stay in cache):
+   * scores = q k^T `[rows, S']` and probs v on the float32 kernel (the helper threads share
+   * the rows), the softmax here in between (Math.exp: Pyodide's numpy calls out of
+   * WebAssembly for each exp), each row divided by its sum at the end, as numpy's path does.
+   */
+  attend(qAddress, kAddress, vAddress, T, S, dh, outAddress) {
+    const keys = (S + LANES - 1) & ~(LANES - 1);
+    const rows = Math.min(T, ATTEND_ROWS);
+    const kBytes = align(keys * dh * 4);
+    const qBytes = align(rows * dh * 4);
+    const sBytes = align(rows * keys * 4);
+    const need = 2 * kBytes + qBytes + sBytes + rows * dh * 4;
+    if (need > this.scratch.size) this.scratch = { at: this._alloc(need), size: need };
+    const k = this.scratch.at;
+    const vt = k + kBytes;
+    const q = vt + kBytes;
+    const s = q + qBytes;
+    const o = s + sBytes;
+    const memory = this.memory.buffer;
+    const heap = this.heap();
+    const at = (address, count) => new Float32Array(heap.buffer, heap.byteOffset + address, count);
+    const kIn = at(kAddress, S * dh);
+    const vIn = at(vAddress, S * dh);
+    const kOut = new Float32Array(memory, k, keys * dh);
+    const vOut = new Float32Array(memory, vt, dh * keys);
+    kOut.set(kIn);
+    kOut.fill(0, S * dh);
+    for (let j = 0; j < S; j++) {               // v [S, dh] -> v^T [dh, S'] (zeros after S)
+      for (let c = 0; c < dh; c++) vOut[c * keys + j] = vIn[j * dh + c];
+    }
+    for (let c = 0; c < dh; c++) vOut.fill(0, c * keys + S, (c + 1) * keys);
+    const scores = new Float32Array(memory, s, rows * keys);
+    const values = new Float32Array(memory, o, rows * dh);
+    const qIn = at(qAddress, T * dh);
+    const out = at(outAddress, T * dh);
+    const sums = new Float64Array(rows);
+    for (let a = 0; a < T; a += rows) {
+      const n = Math.min(rows, T - a);
+      new Float32Array(memory, q, n * dh).set(qIn.subarray(a * dh, (a + n) * dh));
+      this._runJobs([[KIND_F32, k, keys, s]], 0, n, 0, 0, 0, 0, 0, q, dh);   // [n, S']
+      for (let r = 0; r < n; r++) {
+        const row = r * keys;
+        let top = -Infinity;
+        for (let j = row; j < row + S; j++) if (scores[j] > top) top = scores[j];
+        let sum = 0;
+        for (let j = row; j < row + S; j++) {
+          const e = Math.fround(Math.exp(Math.fround(scores[j] - top)));
+          scores[j] = e;
+          sum += e;
+        }
+        scores.fill(0, row + S, row + keys);
+        sums[r] = sum;
+      }
+      this._runJobs([[KIND_F32, vt, dh, o]], 0, n, 0, 0, 0, 0, 0, s, keys);  // [n, dh]
+      for (let r = 0; r < n; r++) {
+        const sum = Math.fround(sums[r]);
+        for (let c = 0; c < dh; c++) out[(a + r) * dh + c] = values[r * dh + c] / sum;
+      }
+    }
+  }
+
   /** A [gate, up] plan, then `act(gate) * up` `[T, rows]` written at `outAddress`; `act`
    * is one of GATES (fused.js): "silu" or "gelu_tanh". */
   runGlu(planId, cols, T, xAddress, outAddress, act = "silu") {
@@ -266,4 +336,5 @@ export class SimdMatmul {
   rmsNormAdd(...args) { rmsNormAdd(this.heap().buffer, ...args); }
   ropeStore(...args) { ropeStore(this.heap().buffer, ...args); }
   attention(...args) { attention(this.heap().buffer, ...args); }
+  geluErf(...args) { geluErf(this.heap().buffer, ...args); }
 }

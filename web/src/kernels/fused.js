@@ -129,3 +129,19 @@ export function geluTanhMul(G, U, O, n) {
 
 /** The gated activations `runGlu` takes, by apr_core's name. */
 export const GATES = { silu: siluMul, gelu_tanh: geluTanhMul };
+
+/** Whisper's exact GELU, 0.5 x (1 + erf(x / sqrt 2)), in place on `n` float32 values at
+ * `x`, erf by Abramowitz & Stegun 7.1.26 as apr_core/speech/whisper_math.py computes it
+ * (here in float64, rounded once; Pyodide's numpy calls out of WebAssembly for each exp). */
+export function geluErf(heap, x, n) {
+  const X = f32(heap, x, n);
+  for (let i = 0; i < n; i++) {
+    const v = X[i];
+    const z = Math.abs(fr(v * Math.SQRT1_2));
+    const t = 1 / (1 + 0.3275911 * z);
+    const poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t
+                  + 0.254829592) * t;
+    const erf = 1 - poly * Math.exp(-z * z);
+    X[i] = 0.5 * v * (1 + (v < 0 ? -erf : erf));
+  }
+}
