@@ -12,7 +12,8 @@ one matrix product. Every product with a weight -- the linear layers, the logits
 two convolutions (as im2col + one product) -- goes through `self.matmul` (numpy's `@` by
 default), the seam where a backend plugs in a faster kernel (the browser's SIMD kernel);
 each head of the encoder's attention goes to `self.attention_head` when set (the browser's
-kernels: products and softmax), else numpy's blocks (`attention`); GELU is `self.gelu`.
+kernels: products and softmax), else numpy's blocks (`attention`); GELU is `self.gelu`,
+the decoder's cross-attention `self.cross_attention` (`_cross_attention`'s arguments).
 Each decoder step runs inside `self.decoder_scope()` (nothing by default): natively it
 keeps BLAS on one thread for the step's tiny products (`apr_native.speech_native`); the
 encoder inside `self.encoder_scope()`. The encoder's work on 1500 frames -- products,
@@ -207,6 +208,7 @@ class WhisperNet:
         # (`attention`'s head_fn): None is numpy's; the browser plugs in its kernels
         self.attention_head: Optional[Callable[..., np.ndarray]] = None
         self.gelu: Callable[[np.ndarray], np.ndarray] = gelu   # (the browser: its kernels')
+        self.cross_attention: Callable[..., np.ndarray] = _cross_attention   # (same)
         self._cross_of: Optional[np.ndarray] = None     # features `_cross` was made from
         self._cross: List[tuple] = []
         self._flat: Dict[str, np.ndarray] = {}   # conv weights as [C_out, C_in * 3] (kept:
@@ -346,7 +348,7 @@ class WhisperNet:
             x = x + self.linear(_merge(a), p + "attn.out")
             h = layer_norm(x, self.w[p + "cross_attn_ln.weight"], self.w[p + "cross_attn_ln.bias"])
             q = self.linear(h, p + "cross_attn.query").reshape(b, n, heads, -1)  # [B, n, H, dh]
-            x = x + self.linear(_cross_attention(q, *state.cross[i]), p + "cross_attn.out")
+            x = x + self.linear(self.cross_attention(q, *state.cross[i]), p + "cross_attn.out")
             h = layer_norm(x, self.w[p + "mlp_ln.weight"], self.w[p + "mlp_ln.bias"])
             x = x + self.linear(self.gelu(self.linear(h, p + "mlp.fc1")), p + "mlp.fc2")
         state.length = start + n

@@ -69,6 +69,22 @@ def _simd_gelu(x: Any) -> Any:
     return out
 
 
+def _simd_cross_attention(q: Any, keys_t: Any, values: Any) -> Any:
+    """The decoder's cross-attention (whisper_net's `_cross_attention`: q [B, n, H, dh] over
+    K^T [H, dh, S] and V [H, S, dh] -> [B, n, H * dh]) on the shell's loop (`crossAttention`,
+    kernels/fused.js), one call for every head and beam."""
+    import js  # type: ignore[import-not-found]  # the worker's globals: aprSimd
+    import numpy as np
+    from apr_webkernel import _address
+    b, n, heads, dh = q.shape
+    q, keys_t, values = (np.ascontiguousarray(a, np.float32) for a in (q, keys_t, values))
+    out = np.empty((b, n, heads * dh), np.float32)                     # [B, n, H * dh]
+    js.aprSimd.crossAttention(b * n, heads, dh, keys_t.shape[-1], _address(q),
+                              _address(keys_t), _address(values), 1.0 / np.sqrt(dh),
+                              _address(out))
+    return out
+
+
 def _shell_kernels() -> Any:
     """(block kernels, widened kernels, the float32 WasmMatmul) over the shell's kernels,
     registered once and emptied of the last model's weights; None without them.
@@ -117,6 +133,7 @@ def _load_model(path: str, mode: str) -> Any:
             model.net.matmul = _simd_matmul(widened)   # the two convolutions' products
             model.net.attention_head = _simd_attention()   # encoder attention
             model.net.gelu = _simd_gelu
+            model.net.cross_attention = _simd_cross_attention
             return model, "wasm-simd"
     return load_whisper(path), "numpy"
 

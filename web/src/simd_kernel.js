@@ -18,7 +18,7 @@
 import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
-import { attention, GATES, geluErf, rmsNormAdd, ropeStore } from "./kernels/fused.js";
+import { attention, crossAttention, GATES, geluErf, rmsNormAdd, ropeStore } from "./kernels/fused.js";
 import { f32Share, JOB, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
@@ -337,4 +337,5 @@ export class SimdMatmul {
   ropeStore(...args) { ropeStore(this.heap().buffer, ...args); }
   attention(...args) { attention(this.heap().buffer, ...args); }
   geluErf(...args) { geluErf(this.heap().buffer, ...args); }
+  crossAttention(...args) { crossAttention(this.heap().buffer, ...args); }
 }

@@ -145,3 +145,36 @@ export function geluErf(heap, x, n) {
     X[i] = 0.5 * v * (1 + (v < 0 ? -erf : erf));
   }
 }
+
+/** Whisper's cross-attention: `q [R, H, hd]` (R rows: beams x new tokens) over one window's
+ * keys, stored transposed `kT [H, hd, S]`, and values `v [H, S, hd]` -> `out [R, H*hd]`;
+ * scores and softmax in float64 (as `attention` above). */
+export function crossAttention(heap, R, H, hd, S, q, kT, v, scale, out) {
+  const Q = f32(heap, q, R * H * hd), K = f32(heap, kT, H * hd * S);
+  const V = f32(heap, v, H * S * hd), O = f32(heap, out, R * H * hd);
+  const scores = new Float64Array(S);
+  const ctx = new Float64Array(hd);
+  for (let r = 0; r < R; r++) {
+    for (let h = 0; h < H; h++) {
+      const qa = (r * H + h) * hd;
+      scores.fill(0);
+      for (let i = 0; i < hd; i++) {          // a row of kT at a time: contiguous reads
+        const qi = Q[qa + i] * scale;
+        for (let j = 0, ka = (h * hd + i) * S; j < S; j++) scores[j] += qi * K[ka + j];
+      }
+      let best = -Infinity;
+      for (let j = 0; j < S; j++) if (scores[j] > best) best = scores[j];
+      let total = 0;
+      for (let j = 0; j < S; j++) {
+        scores[j] = Math.exp(scores[j] - best);
+        total += scores[j];
+      }
+      ctx.fill(0);
+      for (let j = 0, va = h * S * hd; j < S; j++, va += hd) {
+        const p = scores[j] / total;
+        for (let i = 0; i < hd; i++) ctx[i] += p * V[va + i];
+      }
+      for (let i = 0; i < hd; i++) O[qa + i] = ctx[i];
+    }
+  }
+}
