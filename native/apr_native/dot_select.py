@@ -14,52 +14,17 @@ run op by op gets the choice per projection.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Tuple
 
 import numpy as np
 
 from . import isa
+from .kernels import pool
 
 
 def _names(linears: Any) -> Tuple[str, ...]:
     return tuple(getattr(getattr(l, "dtype", None), "name", "") for l in linears
                  if l is not None)
-
-
-def _choose(types: Tuple[str, ...]) -> None:
-    from .kernels import pool
-    pool.get().task[pool.ACT8] = isa.int8_dots(types)
-
-
-def matmul(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """Kind "matmul": `kernel(data, dtype, shape, x, scratch_elements)`."""
-    def chosen(data: np.ndarray, dtype: Any, shape: Any, x: np.ndarray,
-               scratch_elements: int) -> np.ndarray:
-        if x.shape[0] == 1:                     # ACT8 is read for one token only
-            _choose((dtype.name,))
-        return kernel(data, dtype, shape, x, scratch_elements)
-    chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
-    return chosen
-
-
-def matmul_group(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """Kind "matmul_group": `kernel(linears, x)`."""
-    def chosen(linears: Any, x: np.ndarray) -> Any:
-        if x.shape[0] == 1:
-            _choose(_names(linears))
-        return kernel(linears, x)
-    chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
-    return chosen
-
-
-def matmul_glu(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """Kind "matmul_glu": `kernel(gate, up, x, act)`."""
-    def chosen(gate: Any, up: Any, x: np.ndarray, act: str) -> np.ndarray:
-        if x.shape[0] == 1:
-            _choose(_names((gate, up)))
-        return kernel(gate, up, x, act)
-    chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
-    return chosen
 
 
 # block -> the weight types of its projections; forgotten with the block.
@@ -74,15 +39,36 @@ def layer_types(block: Any) -> Tuple[str, ...]:
     return types
 
 
-def decoder_block(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """Kind "decoder_block": `kernel(model, block, x, positions, cache, tables)`."""
-    def chosen(model: Any, block: Any, x: np.ndarray, positions: np.ndarray, cache: Any,
-               tables: Dict[str, Any]) -> np.ndarray:
-        if x.shape[0] == 1:
-            _choose(layer_types(block))
-        return kernel(model, block, x, positions, cache, tables)
+def _choosing(kernel: Callable[..., Any], x_at: int,
+              types_of: Callable[..., Tuple[str, ...]]) -> Callable[..., Any]:
+    """`kernel`, with the pool's ACT8 word set before a one-token call (`args[x_at]` has
+    one row: ACT8 is read for one token only) from `types_of(*args)`."""
+    def chosen(*args: Any) -> Any:
+        if args[x_at].shape[0] == 1:
+            pool.get().task[pool.ACT8] = isa.int8_dots(types_of(*args))
+        return kernel(*args)
     chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
     return chosen
+
+
+def matmul(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Kind "matmul": `kernel(data, dtype, shape, x, scratch_elements)`."""
+    return _choosing(kernel, 3, lambda data, dtype, *rest: (dtype.name,))
+
+
+def matmul_group(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """Kind "matmul_group": `kernel(linears, x)`."""
+    return _choosing(kernel, 1, lambda linears, x: _names(linears))
+
+
+def matmul_glu(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Kind "matmul_glu": `kernel(gate, up, x, act)`."""
+    return _choosing(kernel, 2, lambda gate, up, *rest: _names((gate, up)))
+
+
+def decoder_block(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Kind "decoder_block": `kernel(model, block, x, positions, cache, tables)`."""
+    return _choosing(kernel, 2, lambda model, block, *rest: layer_types(block))
 
 
 WRAPPERS = {"matmul": matmul, "matmul_group": matmul_group, "matmul_glu": matmul_glu,
