@@ -56,6 +56,9 @@ GATES = ("silu", "gelu_tanh")  # the gated activations the shell's runGlu comput
 # dtype name -> kind code of the shell's quantized kernels (simd_kernel.js, matmul_k.c);
 # kind 0 is the float32 kernel. One entry per GGUF block type the kernels read in place.
 QUANTIZED: Dict[str, int] = BLOCK_KINDS
+# A float32 weight packed in panels for attend_f32.c's register-tiled `gemm` (kernel_jobs.js
+# KIND_PANELS): what the speech page's 1500-frame products run on.
+KIND_PANELS = 100
 
 
 def _address(array: Any) -> int:
@@ -72,9 +75,13 @@ class WasmMatmul(GroupedMatmul):
     JavaScript objects, which costs more than a decode-sized kernel call in Pyodide 0.17).
     """
 
-    def __init__(self, kernel: Any, quantized: bool = True) -> None:
+    def __init__(self, kernel: Any, quantized: bool = True, panels: bool = False) -> None:
+        """`quantized`: blocks read in place where the kernels take their type; else (or for
+        other types) a float32 copy, packed in panels with `panels` (KIND_PANELS: many-token
+        products), else for matmul_f32.wat (one token at a time)."""
         self._kernel = kernel
         self._quantized = quantized
+        self._panels = panels
         self._handles: Dict[int, Tuple[Any, List[int]]] = {}  # id(data) -> (weakref, entry)
         # ids of the weights run together -> (plan id, rows of each, weakrefs to their data)
         self._plans: Dict[Tuple[int, ...], Tuple[int, List[int], List[Any]]] = {}
@@ -103,7 +110,11 @@ class WasmMatmul(GroupedMatmul):
             if getattr(data, "resident", False):   # a float32 copy of placed blocks (checks)
                 data = data.all_bytes(dtype.nbytes((shape[1],)))
             weight = np.ascontiguousarray(dequantize(data, dtype, shape), np.float32)  # [out, in]
-            handle = self._kernel.upload(_address(weight), weight.nbytes)
+            if self._panels:
+                kind = KIND_PANELS
+                handle = self._kernel.uploadPanels(_address(weight), shape[0], shape[1])
+            else:
+                handle = self._kernel.upload(_address(weight), weight.nbytes)
         self._handles[id(data)] = (weakref.ref(data), [kind, int(handle), shape[0]])
         return self._handles[id(data)][1]
 
@@ -111,7 +122,7 @@ class WasmMatmul(GroupedMatmul):
         """Whether a weight runs here (else numpy's kernel takes it)."""
         if self._quantized and dtype.name in QUANTIZED and shape[1] % BLOCK == 0:
             return True
-        return shape[1] % LANES == 0
+        return self._panels or shape[1] % LANES == 0
 
     def _plan(self, weights: List[Tuple[Any, Any, Tuple[int, int]]]
               ) -> Tuple[int, List[int], List[Any]]:
@@ -337,5 +348,5 @@ def fused_check(seed: int) -> str:
     return json.dumps(out)
 
 
-__all__ = ["WasmMatmul", "WasmFused", "register_simd_matmul", "QUANTIZED", "BACKEND",
+__all__ = ["WasmMatmul", "WasmFused", "register_simd_matmul", "QUANTIZED", "KIND_PANELS", "BACKEND",
            "kernel_check", "fused_check"]

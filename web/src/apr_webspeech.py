@@ -42,47 +42,81 @@ def _simd_matmul(kernel: Any) -> Any:
 
 def _simd_attention() -> Any:
     """One head of the encoder's attention, `(q [T, dh] scaled, k [S, dh], v [S, dh]) ->
-    [T, dh]`, on the shell's kernels (`kernel.attend`, simd_kernel.js: both products on the
-    float32 SIMD kernel and its helper threads, the softmax in JavaScript; operands copied
-    into its reused scratch area per call)."""
-    import js  # type: ignore[import-not-found]  # the worker's globals: aprSimd
+    [T, dh]`, on the shell's kernels (`aprSpeech.attend`, speech_kernels.js: scores, the
+    softmax and probs v per 4 query rows in attend_f32.c, the rows shared by the helper
+    threads; operands copied into its reused scratch area per call)."""
+    import js  # type: ignore[import-not-found]  # the worker's globals: aprSpeech
     import numpy as np
     from apr_webkernel import _address
 
     def head(q: Any, k: Any, v: Any) -> Any:
         q, k, v = (np.ascontiguousarray(a, np.float32) for a in (q, k, v))
         out = np.empty(q.shape, np.float32)                             # [T, dh]
-        js.aprSimd.attend(_address(q), _address(k), _address(v), q.shape[0], k.shape[0],
-                      q.shape[1], _address(out))
+        js.aprSpeech.attend(_address(q), _address(k), _address(v), q.shape[0], k.shape[0],
+                            q.shape[1], _address(out))
         return out
     return head
 
 
 def _simd_gelu(x: Any) -> Any:
-    """Whisper's exact GELU of x (float32, any shape) on the shell's loop (`geluErf`,
-    kernels/fused.js), on a copy: Pyodide's numpy calls out of WebAssembly for each exp."""
-    import js  # type: ignore[import-not-found]  # the worker's globals: aprSimd
+    """Whisper's exact GELU of x (float32, any shape) on the shell's kernel (`aprSpeech.gelu`,
+    attend_f32.c, on every thread), on a copy: Pyodide's numpy calls out of WebAssembly for
+    each exp."""
+    import js  # type: ignore[import-not-found]  # the worker's globals: aprSpeech
     import numpy as np
+    from apr_core.speech.whisper_math import gelu
     from apr_webkernel import _address
+    if x.size % 4:
+        return gelu(x)
     out = np.array(x, dtype=np.float32, order="C", copy=True)
-    js.aprSimd.geluErf(_address(out), out.size)
+    js.aprSpeech.gelu(_address(out), out.size)
     return out
 
 
-def _simd_cross_attention(q: Any, keys_t: Any, values: Any) -> Any:
+class _CrossAttention:
     """The decoder's cross-attention (whisper_net's `_cross_attention`: q [B, n, H, dh] over
-    K^T [H, dh, S] and V [H, S, dh] -> [B, n, H * dh]) on the shell's loop (`crossAttention`,
-    kernels/fused.js), one call for every head and beam."""
-    import js  # type: ignore[import-not-found]  # the worker's globals: aprSimd
-    import numpy as np
-    from apr_webkernel import _address
-    b, n, heads, dh = q.shape
-    q, keys_t, values = (np.ascontiguousarray(a, np.float32) for a in (q, keys_t, values))
-    out = np.empty((b, n, heads * dh), np.float32)                     # [B, n, H * dh]
-    js.aprSimd.crossAttention(b * n, heads, dh, keys_t.shape[-1], _address(q),
-                              _address(keys_t), _address(values), 1.0 / np.sqrt(dh),
-                              _address(out))
-    return out
+    K^T [H, dh, S] and V [H, S, dh] -> [B, n, H * dh]) on the shell's kernel
+    (`aprSpeech.crossAttend`, attend_f32.c), one call for every head and beam. Each window's
+    K^T and V are copied into kernel memory once, the first time a step reads them (a slot,
+    kept while those arrays live: a new window's K/V are new arrays)."""
+
+    def __init__(self) -> None:
+        self._slots: Dict[int, Any] = {}     # id(K^T) -> (weakref to it, slot)
+
+    def forget(self) -> None:
+        """The kernels' memory was reset: every slot is gone."""
+        self._slots.clear()
+
+    def _slot(self, keys_t: Any, values: Any) -> int:
+        import weakref
+        import js  # type: ignore[import-not-found]  # the worker's globals: aprSpeech
+        from apr_webkernel import _address
+        held = self._slots.get(id(keys_t))
+        if held is not None and held[0]() is keys_t:
+            return held[1]
+        for key, (ref, slot) in list(self._slots.items()):
+            if ref() is None:                     # a past window's: its area is free again
+                js.aprSpeech.crossFree(slot)
+                del self._slots[key]
+        heads, dh, frames = keys_t.shape
+        slot = int(js.aprSpeech.crossPlace(_address(keys_t), _address(values), heads, dh,
+                                           frames))
+        self._slots[id(keys_t)] = (weakref.ref(keys_t), slot)
+        return slot
+
+    def __call__(self, q: Any, keys_t: Any, values: Any) -> Any:
+        import js  # type: ignore[import-not-found]  # the worker's globals: aprSpeech
+        import numpy as np
+        from apr_webkernel import _address
+        if not (keys_t.flags.c_contiguous and values.flags.c_contiguous
+                and keys_t.dtype == np.float32 and values.dtype == np.float32):
+            keys_t, values = (np.ascontiguousarray(a, np.float32) for a in (keys_t, values))
+        b, n, heads, dh = q.shape
+        q = np.ascontiguousarray(q, np.float32)                        # [B, n, H, dh]
+        out = np.empty((b, n, heads * dh), np.float32)                 # [B, n, H * dh]
+        js.aprSpeech.crossAttend(self._slot(keys_t, values), b * n, _address(q),
+                                 float(1.0 / np.sqrt(dh)), _address(out))
+        return out
 
 
 def _shell_kernels() -> Any:
@@ -91,9 +125,9 @@ def _shell_kernels() -> Any:
 
     The block kernels are the text worker's backend "wasm-simd" (GGUF blocks read in place,
     helper threads over rows). "wasm-simd-f32" widens each weight once into the kernels'
-    memory for the float32 kernel (helper threads over frames): the products over a
-    window's 1500 audio frames run there, 1.7x faster than the block kernels' (Q8_0, two
-    threads, AVX2), which re-read every frame's activations for each four rows."""
+    memory, packed in panels for attend_f32.c's register-tiled product (helper threads over
+    frames): the products over a window's 1500 audio frames run there (the block kernels
+    re-read every frame's activations for each four rows)."""
     import js  # type: ignore[import-not-found]  # Pyodide's bridge to the worker's globals
     import apr_websource
     from apr_core import dtypes
@@ -103,13 +137,15 @@ def _shell_kernels() -> Any:
     if "widened" not in _kernels:
         if not register_simd_matmul(True):
             return None
-        widened = WasmMatmul(js.aprSimd, quantized=False)
+        widened = WasmMatmul(js.aprSimd, quantized=False, panels=True)
         for dtype in dtypes.ALL:
             registry.register("matmul", dtype.name, backend=WIDENED)(widened)
         registry.register("matmul_group", "*", backend=WIDENED)(widened.group)
-        _kernels.update(widened=widened, audio=registry.Kernels(WIDENED))
+        _kernels.update(widened=widened, audio=registry.Kernels(WIDENED),
+                        cross=_CrossAttention())
     shell["release_kernels"]()      # the last model's weights out of the kernels' memory
     _kernels["widened"].forget()
+    _kernels["cross"].forget()
     return shell["kernels"], _kernels["audio"], _kernels["widened"]
 
 
@@ -133,7 +169,7 @@ def _load_model(path: str, mode: str) -> Any:
             model.net.matmul = _simd_matmul(widened)   # the two convolutions' products
             model.net.attention_head = _simd_attention()   # encoder attention
             model.net.gelu = _simd_gelu
-            model.net.cross_attention = _simd_cross_attention
+            model.net.cross_attention = _kernels["cross"]
             return model, "wasm-simd"
     return load_whisper(path), "numpy"
 
@@ -154,9 +190,29 @@ def load(path: str, name: str, simd: Any = False) -> str:
         return _error(exc)
 
 
+def _profiler() -> Any:
+    """A started cProfile.Profile (`transcribe_file`'s `profile` option)."""
+    import cProfile
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
+
+
+def _profile_rows(profiler: Any, top: int) -> Any:
+    """The `top` functions of a profile by cumulative time, as [name, calls, own seconds,
+    cumulative seconds] (a call into JavaScript counts in its Python caller's own time)."""
+    import pstats
+    profiler.disable()
+    table = pstats.Stats(profiler).stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    rows = sorted(table.items(), key=lambda item: -item[1][3])[:top]
+    return [["{}:{}({})".format(key[0].rsplit("/", 1)[-1], key[1], key[2]), value[1],
+             value[2], value[3]] for key, value in rows]
+
+
 def transcribe_file(path: str, options_json: str) -> str:
     """Transcribe the little-endian float32 mono 16 kHz samples in `path` with `options`
-    (`transcribe`'s keyword arguments: language, task, beam_size, initial_prompt ...); the
+    (`transcribe`'s keyword arguments: language, task, beam_size, initial_prompt ...; and
+    `profile`: N, run under cProfile and add its N costliest functions as `profile`); the
     result plus `wall_s` (seconds spent in transcribe) and `rtf` (audio seconds per wall
     second)."""
     try:
@@ -170,9 +226,13 @@ def transcribe_file(path: str, options_json: str) -> str:
         options = {k: v for k, v in json.loads(options_json).items() if v is not None}
         if isinstance(options.get("temperature"), list):
             options["temperature"] = tuple(options["temperature"])
+        top = int(options.pop("profile", 0) or 0)
+        profiler = _profiler() if top else None
         started = time.perf_counter()
         result = transcribe(_state["model"], samples, **options)
         wall = time.perf_counter() - started
+        if profiler is not None:
+            result = dict(result, profile=_profile_rows(profiler, top))
         result = dict(result, wall_s=wall, audio_s=len(samples) / float(SAMPLE_RATE))
         result["rtf"] = result["audio_s"] / wall if wall > 0 else None
         return json.dumps(result, default=_plain)

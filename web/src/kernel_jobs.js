@@ -4,16 +4,24 @@
  * the Pyodide worker writes it, bumps GENERATION and wakes the threads with Atomics.notify.
  * Every thread computes rows `rowShare(rows, index, threads)` of each quantized weight and
  * tokens `tokenShare(T, index, threads)` of each float32 one (kind 0; its rows when T is
- * 1: `f32Share`) (thread 0 is the Pyodide worker itself).
+ * 1: `f32Share`; of a panel-packed one's, `gemm` splits them itself) (thread 0 is the
+ * Pyodide worker itself). A job can also be one of attend_f32.c's calls (OP, ARGS).
  */
 const MAX_WEIGHTS = 8;   // weights sharing one x in a plan (q/k/v, gate/up): at most 3 today
 
-/** Int32 offsets in the control block. */
+/** Int32 offsets in the control block. OP 0 is a plan's weights (the fields up to COLS);
+ * OP i > 0 calls CALLS[i - 1] of attend_f32.c with ARGS and (index, threads). */
 export const JOB = {
   GENERATION: 0, PENDING: 1, STOP: 2, COUNT: 3, NB: 4, T: 5, XQ: 6, SC: 7, S16: 8, ACC: 9,
-  ACC_BYTES: 10, X: 11, COLS: 12, READY: 16, WEIGHTS: 64, MAX_WEIGHTS,
-  INTS: 64 + 4 * MAX_WEIGHTS,
+  ACC_BYTES: 10, X: 11, COLS: 12, OP: 13, READY: 16, WEIGHTS: 64, MAX_WEIGHTS,
+  ARGS: 64 + 4 * MAX_WEIGHTS, MAX_ARGS: 16, INTS: 64 + 4 * MAX_WEIGHTS + 16,
 };
+
+/** attend_f32.c's jobs the threads share (each takes `index, threads` after its ARGS). */
+export const CALLS = ["attend_rows", "cross_attend", "gelu_erf"];
+
+/** A float32 weight packed in panels for attend_f32.c's `gemm` (apr_webkernel.KIND_PANELS). */
+export const KIND_PANELS = 100;
 
 /** Rows [first, last) of thread `index` of `threads`: contiguous, in groups of four. */
 export function rowShare(rows, index, threads) {

@@ -9,7 +9,10 @@
  *    block's largest value, where the exact split keeps ~2^-31; llama.cpp's one int8 term
  *    flips SmolLM2's first answer token): used where the browser has relaxed SIMD, unless
  *    the page asks for `exact`;
- *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once).
+ *  - kernels/matmul_f32.wat: a float32 matmul for the rest (F16, BF16 ... widened once);
+ *  - kernels/attend_f32.c: a register-tiled float32 product over weights packed in panels
+ *    (`uploadPanels`: the speech page's 1500-frame products) and the speech page's attention
+ *    and GELU (speech_kernels.js), run on every thread by `call`.
  * All of them import one memory created here (shared, with helper threads, where the page is
  * cross-origin isolated). Weights are placed in that memory once (apr_webplace streams a model's blocks there
  * straight from the cache or the network); each call copies `x` in and `y` out of the Python
@@ -18,8 +21,9 @@
 import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
-import { attention, crossAttention, GATES, geluErf, rmsNormAdd, ropeStore } from "./kernels/fused.js";
-import { f32Share, JOB, rowShare } from "./kernel_jobs.js";
+import * as attendSource from "./kernels/attend_f32.wasm.js";
+import { attention, GATES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
+import { CALLS, f32Share, JOB, KIND_PANELS, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
 /** What one wasm32 memory can hold: the kernels' weights and scratch together. */
@@ -36,10 +40,8 @@ const decode = (base64) => Uint8Array.from(atob(base64), (c) => c.charCodeAt(0))
 /** Kind codes of apr_webkernel.QUANTIZED (0: float32); 5 is Q2_K, whose mins need sums16. */
 const KIND_F32 = 0;
 const KIND_Q2_K = 5;
-/** The float32 kernel sums 4 x 4 lanes a step: its columns are a multiple of 16. */
-const LANES = 16;
-/** Query rows per block of `attend`: a block's scores [rows, S'] stay in cache. */
-const ATTEND_ROWS = 256;
+/** Weight rows per panel of attend_f32.c's product (panel_gemm.h). */
+export const PANEL = 8;
 
 export class SimdMatmul {
   /**
@@ -53,7 +55,7 @@ export class SimdMatmul {
     const count = isolated ? Math.max(1, Math.floor(threads) || 1) : 1;
     const key = count > 1 ? "wasmSharedBase64" : "wasmBase64";
     const relaxed = exact ? null : decode(relaxedSource[key]);
-    const sources = [f32Source, blockSource].map((source) => decode(source[key]));
+    const sources = [f32Source, blockSource, attendSource].map((source) => decode(source[key]));
     if (relaxed && WebAssembly.validate(relaxed)) sources.push(relaxed);
     const modules = await Promise.all(sources.map((bytes) => WebAssembly.compile(bytes)));
     return new SimdMatmul(modules, heap, count, isolated);
@@ -68,7 +70,7 @@ export class SimdMatmul {
     this.isolated = isolated;
     this.helpers = [];
     /** "relaxed" (matmul_r.c over two int8 activation terms) or "exact" (matmul_k.c). */
-    this.precision = modules[2] ? "relaxed" : "exact";
+    this.precision = modules[3] ? "relaxed" : "exact";
     this.reset();
   }
 
@@ -76,7 +78,7 @@ export class SimdMatmul {
    * the helper threads stop, and the old memory is left to the garbage collector. */
   reset() {
     this._stopHelpers();
-    const [f32Module, blockModule, relaxedModule] = this.modules;
+    const [f32Module, blockModule, attendModule, relaxedModule] = this.modules;
     const memory = this.threads > 1
       ? new WebAssembly.Memory({ initial: 2, maximum: SHARED_PAGES, shared: true })
       : new WebAssembly.Memory({ initial: 2 });
@@ -86,6 +88,7 @@ export class SimdMatmul {
     this.memory = memory;
     this.control = new Int32Array(memory.buffer, CONTROL, JOB.INTS);
     this.f32 = f32.exports.matmul;
+    this.attendKernel = new WebAssembly.Instance(attendModule, env).exports;
     this.sums16 = blocks.exports.sums16;
     if (relaxedModule) {  // same arguments; its codes and sums fit the scratch (_compute)
       const relaxed = new WebAssembly.Instance(relaxedModule, env);
@@ -105,9 +108,10 @@ export class SimdMatmul {
   _startHelpers() {
     for (let index = this.helpers.length + 1; index < this.threads; index++) {
       const helper = new Worker(new URL("./kernel_thread.js", import.meta.url), { type: "module" });
-      const relaxed = Boolean(this.modules[2]);
-      helper.postMessage({ module: this.modules[relaxed ? 2 : 1], entry: relaxed ? "matmul_r" : "matmul_k",
-                           f32Module: this.modules[0], memory: this.memory, control: CONTROL, index, threads: this.threads });
+      const relaxed = Boolean(this.modules[3]);
+      helper.postMessage({ module: this.modules[relaxed ? 3 : 1], entry: relaxed ? "matmul_r" : "matmul_k",
+                           f32Module: this.modules[0], attendModule: this.modules[2],
+                           memory: this.memory, control: CONTROL, index, threads: this.threads });
       this.helpers.push(helper);
     }
   }
@@ -136,14 +140,17 @@ export class SimdMatmul {
     const c = this.control;
     const threads = this._helpersReady() && jobs.length <= JOB.MAX_WEIGHTS ? this.threads : 1;
     if (threads > 1) {
+      c[JOB.OP] = 0;
       c[JOB.COUNT] = jobs.length; c[JOB.NB] = nb; c[JOB.T] = T; c[JOB.XQ] = xq; c[JOB.SC] = sc;
       c[JOB.S16] = s16; c[JOB.ACC] = acc; c[JOB.ACC_BYTES] = accBytes; c[JOB.X] = x; c[JOB.COLS] = cols;
       jobs.forEach(([kind, handle, rows, y], w) => c.set([kind, handle, rows, y], JOB.WEIGHTS + 4 * w));
-      Atomics.store(c, JOB.PENDING, threads - 1);
-      Atomics.add(c, JOB.GENERATION, 1);
-      Atomics.notify(c, JOB.GENERATION);
+      this._post(threads);
     }
     for (const [kind, handle, rows, y] of jobs) {
+      if (kind === KIND_PANELS) {
+        this.attendKernel.gemm(handle, x, y, rows, cols, T, 0, threads);
+        continue;
+      }
       if (kind === KIND_F32) {
         f32Share(this.f32, handle, x, y, rows, cols, T, 0, threads);
         continue;
@@ -151,10 +158,42 @@ export class SimdMatmul {
       const [first, last] = rowShare(rows, 0, threads);
       if (first < last) this.blocks(kind, handle, xq, sc, s16, y, acc, acc + accBytes, rows, nb, T, first, last);
     }
+    this._join(threads);
+  }
+
+  /** Hand the job in the control block to the `threads - 1` helpers. */
+  _post(threads) {
+    Atomics.store(this.control, JOB.PENDING, threads - 1);
+    Atomics.add(this.control, JOB.GENERATION, 1);
+    Atomics.notify(this.control, JOB.GENERATION);
+  }
+
+  /** Wait until the helpers are done (a short spin, then Atomics.wait). */
+  _join(threads) {
+    const c = this.control;
     for (let spin = 0; threads > 1 && Atomics.load(c, JOB.PENDING) !== 0; spin++) {
       const pending = Atomics.load(c, JOB.PENDING);
       if (spin > 4000 && pending !== 0) Atomics.wait(c, JOB.PENDING, pending);
     }
+  }
+
+  /** attend_f32.c's `name` (one of CALLS) with `args` (int32s) on every thread, each its
+   * share; back when all are done. */
+  call(name, args) {
+    const threads = this._helpersReady() && args.length <= JOB.MAX_ARGS ? this.threads : 1;
+    if (threads > 1) {
+      this.control[JOB.OP] = CALLS.indexOf(name) + 1;
+      this.control.set(args, JOB.ARGS);
+      this._post(threads);
+    }
+    this.attendKernel[name](...args, 0, threads);
+    this._join(threads);
+  }
+
+  /** Room for `bytes` of scratch (reused by every call; grown, never shrunk). */
+  scratchArea(bytes) {
+    if (bytes > this.scratch.size) this.scratch = { at: this._alloc(bytes), size: bytes };
+    return this.scratch.at;
   }
 
   /** Bytes the kernels' memory holds now (weights and scratch). */
@@ -197,6 +236,18 @@ export class SimdMatmul {
     return at;
   }
 
+  /** Copy a float32 weight `[rows, cols]` (at `address` in the Python heap) into kernel
+   * memory packed in panels for attend_f32.c's `gemm` (kind KIND_PANELS); returns its
+   * handle. */
+  uploadPanels(address, rows, cols) {
+    const bytes = Math.ceil(rows / PANEL) * PANEL * cols * 4;
+    const at = this._alloc(bytes);
+    const raw = this.scratchArea(rows * cols * 4);
+    this.write(raw, this.heap().subarray(address, address + rows * cols * 4));
+    this.attendKernel.pack_rows(raw, rows, cols, at);
+    return at;
+  }
+
   /** Copy a quantized weight's GGUF blocks (`length` bytes at `address` in the Python heap)
    * into kernel memory as they are; returns their handle. */
   uploadBlocks(kind, address, length) { return this.upload(address, length); }
@@ -206,7 +257,7 @@ export class SimdMatmul {
   plan(json) {
     const list = JSON.parse(json);
     this.plans.push({ list, total: list.reduce((sum, [, , rows]) => sum + rows, 0),
-                      quantized: list.some(([kind]) => kind !== KIND_F32) });
+                      quantized: list.some(([kind]) => kind !== KIND_F32 && kind !== KIND_PANELS) });
     return this.plans.length - 1;
   }
 
@@ -225,8 +276,7 @@ export class SimdMatmul {
     const accBytes = quantized ? lines(T * 16) : 0;
     const yBytes = T * total * 4;
     const need = align(xBytes) + xqBytes + 2 * scBytes + LINES + 2 * accBytes * this.threads + yBytes;
-    if (need > this.scratch.size) this.scratch = { at: this._alloc(need), size: need };
-    const x = this.scratch.at;
+    const x = this.scratchArea(need);
     const xq = align(x + xBytes);
     const sc = xq + xqBytes;
     const s16 = sc + scBytes;
@@ -256,72 +306,6 @@ export class SimdMatmul {
     this.heap().set(new Uint8Array(this.memory.buffer, y, yBytes), yAddress);
   }
 
-  /**
-   * One head of scaled dot-product attention (Whisper's encoder) over float32 arrays in the
-   * Python heap: q `[T, dh]` (already scaled), k and v `[S, dh]` -> out `[T, dh]`. k, and v
-   * transposed to `[dh, S]`, are copied once into the scratch area (reused: the memory does
-   * not grow per call), padded with zero keys to S' (a multiple of 16, what the float32
-   * kernel takes); then per block of ATTEND_ROWS query rows (its scores stay in cache):
-   * scores = q k^T `[rows, S']` and probs v on the float32 kernel (the helper threads share
-   * the rows), the softmax here in between (Math.exp: Pyodide's numpy calls out of
-   * WebAssembly for each exp), each row divided by its sum at the end, as numpy's path does.
-   */
-  attend(qAddress, kAddress, vAddress, T, S, dh, outAddress) {
-    const keys = (S + LANES - 1) & ~(LANES - 1);
-    const rows = Math.min(T, ATTEND_ROWS);
-    const kBytes = align(keys * dh * 4);
-    const qBytes = align(rows * dh * 4);
-    const sBytes = align(rows * keys * 4);
-    const need = 2 * kBytes + qBytes + sBytes + rows * dh * 4;
-    if (need > this.scratch.size) this.scratch = { at: this._alloc(need), size: need };
-    const k = this.scratch.at;
-    const vt = k + kBytes;
-    const q = vt + kBytes;
-    const s = q + qBytes;
-    const o = s + sBytes;
-    const memory = this.memory.buffer;
-    const heap = this.heap();
-    const at = (address, count) => new Float32Array(heap.buffer, heap.byteOffset + address, count);
-    const kIn = at(kAddress, S * dh);
-    const vIn = at(vAddress, S * dh);
-    const kOut = new Float32Array(memory, k, keys * dh);
-    const vOut = new Float32Array(memory, vt, dh * keys);
-    kOut.set(kIn);
-    kOut.fill(0, S * dh);
-    for (let j = 0; j < S; j++) {               // v [S, dh] -> v^T [dh, S'] (zeros after S)
-      for (let c = 0; c < dh; c++) vOut[c * keys + j] = vIn[j * dh + c];
-    }
-    for (let c = 0; c < dh; c++) vOut.fill(0, c * keys + S, (c + 1) * keys);
-    const scores = new Float32Array(memory, s, rows * keys);
-    const values = new Float32Array(memory, o, rows * dh);
-    const qIn = at(qAddress, T * dh);
-    const out = at(outAddress, T * dh);
-    const sums = new Float64Array(rows);
-    for (let a = 0; a < T; a += rows) {
-      const n = Math.min(rows, T - a);
-      new Float32Array(memory, q, n * dh).set(qIn.subarray(a * dh, (a + n) * dh));
-      this._runJobs([[KIND_F32, k, keys, s]], 0, n, 0, 0, 0, 0, 0, q, dh);   // [n, S']
-      for (let r = 0; r < n; r++) {
-        const row = r * keys;
-        let top = -Infinity;
-        for (let j = row; j < row + S; j++) if (scores[j] > top) top = scores[j];
-        let sum = 0;
-        for (let j = row; j < row + S; j++) {
-          const e = Math.fround(Math.exp(Math.fround(scores[j] - top)));
-          scores[j] = e;
-          sum += e;
-        }
-        scores.fill(0, row + S, row + keys);
-        sums[r] = sum;
-      }
-      this._runJobs([[KIND_F32, vt, dh, o]], 0, n, 0, 0, 0, 0, 0, s, keys);  // [n, dh]
-      for (let r = 0; r < n; r++) {
-        const sum = Math.fround(sums[r]);
-        for (let c = 0; c < dh; c++) out[(a + r) * dh + c] = values[r * dh + c] / sum;
-      }
-    }
-  }
-
   /** A [gate, up] plan, then `act(gate) * up` `[T, rows]` written at `outAddress`; `act`
    * is one of GATES (fused.js): "silu" or "gelu_tanh". */
   runGlu(planId, cols, T, xAddress, outAddress, act = "silu") {
@@ -336,6 +320,4 @@ export class SimdMatmul {
   rmsNormAdd(...args) { rmsNormAdd(this.heap().buffer, ...args); }
   ropeStore(...args) { ropeStore(this.heap().buffer, ...args); }
   attention(...args) { attention(this.heap().buffer, ...args); }
-  geluErf(...args) { geluErf(this.heap().buffer, ...args); }
-  crossAttention(...args) { crossAttention(this.heap().buffer, ...args); }
 }

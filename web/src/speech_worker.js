@@ -12,6 +12,7 @@
 import { bootPyodide, DEFAULTS } from "./boot.js";
 import { ShellError, codes, toPlainError } from "./errors.js";
 import { SimdMatmul } from "./simd_kernel.js";
+import { SpeechKernels } from "./speech_kernels.js";
 import { ShardCache } from "./shard_cache.js";
 import { fetchFile, urlHead } from "./transport.js";
 
@@ -75,6 +76,7 @@ const ops = {
           self.aprSimd = await SimdMatmul.create(() => runtime.py._module.HEAPU8,
             { threads: config.threads || navigator.hardwareConcurrency || 1,
               exact: runtime.mode !== "simd" });
+          self.aprSpeech = new SpeechKernels(self.aprSimd);   // attention and GELU
           runtime.threads = self.aprSimd.threads;
           runtime.precision = self.aprSimd.precision;
           runtime.kernels = "wasm-simd";

@@ -1,0 +1,103 @@
+/**
+ * The speech page's attention and GELU on attend_f32.c (through a SimdMatmul's memory and
+ * helper threads: `simd.call`), over numpy arrays in the Python runtime's memory passed by
+ * address (apr_webspeech.py plugs them into Whisper's seams):
+ *  - `attend`: one head of the encoder's attention (k and v packed once a call, the query
+ *    rows shared by the threads);
+ *  - `crossPlace` / `crossAttend` / `crossFree`: the decoder's cross-attention, each
+ *    window's K^T and V copied into kernel memory once (a slot) and read there by every
+ *    step, the (row, head) pairs shared by the threads;
+ *  - `gelu`: Whisper's exact-erf GELU in place.
+ */
+import { PANEL } from "./simd_kernel.js";
+
+const align = (n) => (n + 15) & ~15;
+const up = (n, m) => Math.ceil(n / m) * m;
+const floatBits = (x) => new Int32Array(new Float32Array([x]).buffer)[0];
+
+export class SpeechKernels {
+  constructor(simd) {
+    this.simd = simd;
+    this.slots = [];          // cross K^T / V areas: {at, bytes, free}
+    this.memory = null;       // the kernel memory the slots are in (reset() drops them)
+  }
+
+  /** Float32 view of `count` values at `address` in the Python heap. */
+  _heap(address, count) {
+    const heap = this.simd.heap();
+    return new Float32Array(heap.buffer, heap.byteOffset + address, count);
+  }
+
+  /** Float32 view of kernel memory. */
+  _kernel(at, count) { return new Float32Array(this.simd.memory.buffer, at, count); }
+
+  /** Consecutive scratch areas of the given float counts; their addresses. */
+  _scratch(counts) {
+    let at = this.simd.scratchArea(counts.reduce((sum, n) => sum + align(4 * n), 0));
+    return counts.map((n) => { const here = at; at += align(4 * n); return here; });
+  }
+
+  /** One head: q `[T, dh]` (already scaled), k and v `[S, dh]` -> out `[T, dh]`
+   * (attend_f32.c's attend_rows: scores, softmax and probs v per 4 query rows). */
+  attend(qAddress, kAddress, vAddress, T, S, dh, outAddress) {
+    const Sp = up(S, PANEL);
+    const threads = this.simd.threads;
+    const [kRaw, vRaw, kp, vp, q, out, s] = this._scratch(
+      [S * dh, S * dh, Sp * dh, Sp * up(dh, PANEL), T * dh, T * dh, threads * 4 * Sp]);
+    this._kernel(kRaw, S * dh).set(this._heap(kAddress, S * dh));
+    this._kernel(vRaw, S * dh).set(this._heap(vAddress, S * dh));
+    this._kernel(q, T * dh).set(this._heap(qAddress, T * dh));
+    const kernel = this.simd.attendKernel;
+    kernel.pack_rows(kRaw, S, dh, kp);
+    kernel.pack_cols(vRaw, S, dh, Sp, vp);
+    this.simd.call("attend_rows", [q, kp, vp, out, s, T, S, Sp, dh]);
+    this._heap(outAddress, T * dh).set(this._kernel(out, T * dh));
+  }
+
+  /** Copy one window's cross K^T `[H, dh, S]` and V `[H, S, dh]` (Python heap) into a slot
+   * of kernel memory, K^T's rows padded to a multiple of 4 keys; returns the slot. */
+  crossPlace(kAddress, vAddress, H, dh, S) {
+    if (this.memory !== this.simd.memory) { this.slots = []; this.memory = this.simd.memory; }
+    const Sp = up(S, 4);
+    const bytes = align(4 * H * dh * Sp) + 4 * H * S * dh;
+    let slot = this.slots.findIndex((area) => area.free && area.bytes === bytes);
+    if (slot < 0) {
+      this.slots.push({ at: this.simd.reserve(bytes), bytes, free: false });
+      slot = this.slots.length - 1;
+    }
+    const area = Object.assign(this.slots[slot], { free: false, H, dh, S, Sp });
+    const kt = this._kernel(area.at, H * dh * Sp);
+    const from = this._heap(kAddress, H * dh * S);
+    for (let row = 0; row < H * dh; row++) {
+      kt.set(from.subarray(row * S, (row + 1) * S), row * Sp);
+      kt.fill(0, row * Sp + S, (row + 1) * Sp);
+    }
+    area.v = area.at + align(4 * H * dh * Sp);
+    this._kernel(area.v, H * S * dh).set(this._heap(vAddress, H * S * dh));
+    return slot;
+  }
+
+  /** The slot may be reused (its window's K/V are gone). */
+  crossFree(slot) {
+    if (this.memory === this.simd.memory && this.slots[slot]) this.slots[slot].free = true;
+  }
+
+  /** Cross-attention of q `[R, H, dh]` over slot `slot` -> out `[R, H * dh]`: scores by
+   * q * scale (float32), softmax, probs v over the sum (attend_f32.c's cross_attend). */
+  crossAttend(slot, R, qAddress, scale, outAddress) {
+    const { at, v, H, dh, S, Sp } = this.slots[slot];
+    const n = R * H * dh;
+    const [q, out, s] = this._scratch([n, n, this.simd.threads * Sp]);
+    this._kernel(q, n).set(this._heap(qAddress, n));
+    this.simd.call("cross_attend", [q, at, v, out, s, R, H, dh, S, Sp, floatBits(scale)]);
+    this._heap(outAddress, n).set(this._kernel(out, n));
+  }
+
+  /** x = gelu(x) for `n` (a multiple of 4) float32 values at `address` in the Python heap. */
+  gelu(address, n) {
+    const [x] = this._scratch([n]);
+    this._kernel(x, n).set(this._heap(address, n));
+    this.simd.call("gelu_erf", [x, n]);
+    this._heap(address, n).set(this._kernel(x, n));
+  }
+}
