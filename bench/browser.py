@@ -16,7 +16,12 @@ best run of each counts, and every run is printed.
   wllama page), against the file's size.
 
     .venv/bin/python bench/browser.py [--models demo,qwen2.5-coder-0.5b] [--rounds 3]
-        [--kernels simd,simd-exact] [--json]
+        [--kernels simd,simd-exact] [--isa avx2] [--json]
+
+`--isa LEVEL` runs the one Chromium (so apr and wllama alike) with V8 kept to that
+instruction level (`apr_native.isa.v8_flags`: e.g. avx2 turns off AVX-VNNI, which relaxed
+SIMD's int8 dots lower to where the CPU has it), so one machine measures what a browser on
+another kind of CPU runs.
 
 Needs Debian's Chromium, Playwright (PyPI) and `bash scripts/setup_web.sh` (npm packages).
 """
@@ -42,8 +47,14 @@ PROMPT = "The capital of France is"
 LONG_PROMPT = os.path.join(ROOT, "bench", "prompts", "code_edit.txt")
 MODELS = ("demo", "qwen2.5-coder-0.5b", "gemma3-270m")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--js-flags=--expose-gc"]
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+JS_FLAGS = ("--expose-gc",)
+
+
+def chromium_args(level: str) -> list:
+    """Chromium's switches, V8 kept to instruction level `level`."""
+    from apr_native import isa
+    return FLAGS + ["--js-flags=" + " ".join(JS_FLAGS + isa.v8_flags(level))]
 # A page that runs wllama from the same origin (its wasm served from node_modules).
 WLLAMA_PAGE = """<!doctype html><meta charset="utf-8"><script type="module">
 import { Wllama } from "/vendor/wllama/index.js";
@@ -136,7 +147,8 @@ def bench_model(play, path: str, args) -> dict:
         # a profile on disk, as a user's (an off-the-record context keeps IndexedDB, apr's
         # model cache, in memory, which would count against apr's memory)
         browser = play.chromium.launch_persistent_context(
-            os.path.join(work, "profile"), executable_path=shutil.which("chromium"), args=FLAGS)
+            os.path.join(work, "profile"), executable_path=shutil.which("chromium"),
+            args=chromium_args(args.isa))
         try:
             pages: list = []
             aprs = [open_apr(browser, server, args.threads, pages, kernels)
@@ -167,7 +179,8 @@ def bench_model(play, path: str, args) -> dict:
     theirs = [side.summary(len(long_ids)) for side in wllamas]
     best_decode = max(theirs, key=lambda s: s["decode_tok_s"])
     best_prefill = max(theirs, key=lambda s: s["prefill_tok_s"])
-    return {"model": os.path.basename(path), "file_bytes": size, "tokens": args.tokens,
+    return {"model": os.path.basename(path), "isa": args.isa, "file_bytes": size,
+            "tokens": args.tokens,
             "prompt_tokens": len(long_ids), "apr": ours, "apr_other_kernels": others,
             "wllama": theirs,
             "decode_vs_wllama_best": ours["decode_tok_s"] / best_decode["decode_tok_s"],
@@ -178,8 +191,9 @@ def bench_model(play, path: str, args) -> dict:
 
 def report(result: dict) -> None:
     mb = lambda n: n / 2 ** 20  # noqa: E731
-    print("{} ({:.0f} MB), decode {} tokens, prefill {} tokens".format(
-        result["model"], mb(result["file_bytes"]), result["tokens"], result["prompt_tokens"]))
+    print("{} ({:.0f} MB), decode {} tokens, prefill {} tokens, V8 at level {}".format(
+        result["model"], mb(result["file_bytes"]), result["tokens"], result["prompt_tokens"],
+        result["isa"]))
     for side in [result["apr"]] + result["apr_other_kernels"] + result["wllama"]:
         print("  {:28} decode {:7.2f} tok/s  prefill {:7.1f} tok/s  memory +{:5.0f} MB  "
               "load {:5.1f} s  decode runs {}".format(
@@ -205,8 +219,14 @@ def main() -> int:
     parser.add_argument("--kernels", default="simd",
                         help="apr's kernel settings, comma-separated (the page's `kernels=`: "
                              "simd, simd-exact, numpy); the first is the one compared")
+    parser.add_argument("--isa", default="native",
+                        help="instruction level V8 may use, for both sides (apr_native.isa: "
+                             "native, generic, avx2, avx512, avx512vnni)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    from apr_native import isa
+    if args.isa not in isa.NAMES:
+        parser.error("--isa must be one of " + ", ".join(isa.NAMES))
     args.kernels = [k for k in args.kernels.split(",") if k]
     args.wllama_threads = sorted({int(n) for n in args.wllama_threads.split(",")})
     from playwright.sync_api import sync_playwright

@@ -37,11 +37,20 @@ class Level(NamedTuple):
     features: FrozenSet[str]      # the LLVM feature names it guarantees (`has`)
     march: Tuple[str, ...]        # C compiler flags for the simd library
     llama_cmake: Tuple[str, ...]  # llama.cpp's cmake switches for a peer at this level
+    v8_flags: Tuple[str, ...]     # V8's (Chromium --js-flags) switches: the same level
     summary: str
 
 
 _V3 = frozenset({"sse4.2", "avx", "avx2", "fma", "f16c", "bmi2"})
 _V4 = _V3 | {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"}
+# V8 compiles WebAssembly SIMD with 128-bit instructions only: AVX (VEX encodings), AVX2,
+# FMA3, F16C and the VEX-encoded AVX-VNNI(-INT8) (relaxed SIMD's i8 dots) are what a level
+# can take from it; it never emits AVX-512. Wasm SIMD itself needs SSE4.1, so "generic"
+# keeps SSE4.1 (a browser on a bare SSE2 CPU runs the shell's scalar path instead).
+_V8_NO_VNNI = ("--no-enable-avx-vnni", "--no-enable-avx-vnni-int8")
+_V8_NO_AVX = _V8_NO_VNNI + ("--no-enable-avx", "--no-enable-avx2", "--no-enable-fma3",
+                            "--no-enable-f16c", "--no-enable-bmi1", "--no-enable-bmi2",
+                            "--no-enable-lzcnt")
 _LLAMA_OFF = ("-DGGML_NATIVE=OFF", "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_BF16=OFF",
               "-DGGML_AVX_VNNI=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
               "-DGGML_AMX_BF16=OFF")
@@ -52,22 +61,26 @@ LEVELS: Dict[str, Level] = {
                      _LLAMA_OFF + ("-DGGML_SSE42=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF",
                                    "-DGGML_FMA=OFF", "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF",
                                    "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF"),
+                     _V8_NO_AVX,
                      "x86-64 baseline (SSE2): no wide integer dots"),
     "avx2": Level("x86-64-v3", "", _V3, ("-march=x86-64-v3",),
                   _LLAMA_OFF + ("-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON",
                                 "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
                                 "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF"),
+                  _V8_NO_VNNI,
                   "AVX2 + FMA + F16C (x86-64-v3): most laptops and desktops"),
     "avx512": Level("x86-64-v4", "", _V4, ("-march=x86-64-v4",),
                     _LLAMA_OFF + ("-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON",
                                   "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
                                   "-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=OFF"),
+                    _V8_NO_VNNI,
                     "AVX-512 F/BW/VL/DQ (x86-64-v4), no VNNI"),
     "avx512vnni": Level("x86-64-v4", "+avx512vnni", _V4 | {"avx512vnni"},
                         ("-march=x86-64-v4", "-mavx512vnni"),
                         _LLAMA_OFF + ("-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON",
                                       "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
                                       "-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON"),
+                        (),
                         "AVX-512 with VNNI (Zen 4, Ice Lake and later servers)"),
 }
 NATIVE = "native"
@@ -201,6 +214,12 @@ def march() -> Tuple[str, ...]:
     """C compiler flags of the requested level (`-march=native` for "native")."""
     name = requested()
     return ("-march=native",) if name == NATIVE else LEVELS[name].march
+
+
+def v8_flags(name: str) -> Tuple[str, ...]:
+    """Chromium's `--js-flags` switches that keep V8's WebAssembly code at level `name`
+    (none for "native")."""
+    return () if name == NATIVE else LEVELS[name].v8_flags
 
 
 def signature() -> str:
