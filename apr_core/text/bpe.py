@@ -14,6 +14,7 @@ import heapq
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AprError, ErrorCode
+from .bpe_ranks import PairRanks, merge_ranks
 from .pretokenize import PreTokenizer, gguf_pre
 from .tokenizer import Fragment, Tokenizer
 
@@ -64,7 +65,7 @@ class BPETokenizer(Tokenizer):
         self.normalize = normalize
         self.unescape_spaces = unescape_spaces or escape_spaces
         self.strip_space_after_special = strip_first_space
-        self.ranks = _merge_ranks(merges)
+        self.ranks = merge_ranks(merges)
         self._cache: Dict[str, Tuple[int, ...]] = {}
 
     # -- construction --------------------------------------------------------------------
@@ -168,38 +169,9 @@ class BPETokenizer(Tokenizer):
             return text.encode("utf-8")   # not byte-level text (an added token): keep it
 
 
-def _merge_ranks(merges: Sequence[Any]) -> Dict[Tuple[str, str], int]:
-    """(left, right) -> rank; "a b" strings split at the first space after position 0.
-
-    Built with a comprehension (a 500k-merge vocabulary loads in well under a second);
-    iterating in reverse lets the first rule for a pair win, as in llama.cpp.
-    """
-    try:
-        keys = [tuple(m.partition(" ")[::2]) if m[:1] != " " else _split_late(m)
-                for m in merges]
-    except (AttributeError, TypeError):      # pairs ([a, b]), or a mix of both forms
-        keys = [_merge_key(m, rank) for rank, m in enumerate(merges)]
-    ranks = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
-    ranks.pop(("", ""), None)      # entries without a separator never match a pair
-    return ranks  # type: ignore[return-value]
-
-
-def _split_late(merge: str) -> Tuple[str, str]:
-    cut = merge.find(" ", 1)
-    return (merge[:cut], merge[cut + 1:]) if cut > 0 else ("", "")
-
-
-def _merge_key(merge: Any, rank: int) -> Tuple[str, str]:
-    if isinstance(merge, str):
-        return _split_late(merge)
-    if (isinstance(merge, (list, tuple)) and len(merge) == 2
-            and all(isinstance(part, str) for part in merge)):
-        return (merge[0], merge[1])
-    raise AprError(ErrorCode.FORMAT, "bad BPE merge entry", rank=rank, entry=repr(merge)[:80])
-
-
-def merge_word(word: str, ranks: Dict[Tuple[str, str], int]) -> List[str]:
-    """Apply BPE merges to the characters of `word`; returns the final symbols."""
+def merge_word(word: str, ranks: PairRanks) -> List[str]:
+    """Apply BPE merges to the characters of `word`; returns the final symbols. A pair
+    (a, b) is looked up as `a + ranks.sep + b` (`bpe_ranks`)."""
     n = len(word)
     if n < 2:
         return [word] if n else []
@@ -208,9 +180,10 @@ def merge_word(word: str, ranks: Dict[Tuple[str, str], int]) -> List[str]:
     nxt[-1] = -1
     prv = list(range(-1, n - 1))
     get = ranks.get
+    sep = ranks.sep
     heap = []
     for i in range(n - 1):
-        rank = get((symbols[i], symbols[i + 1]))
+        rank = get(symbols[i] + sep + symbols[i + 1])  # type: ignore[operator]
         if rank is not None:
             heap.append((rank, i, symbols[i], symbols[i + 1]))
     if not heap:
@@ -231,11 +204,11 @@ def merge_word(word: str, ranks: Dict[Tuple[str, str], int]) -> List[str]:
             prv[after] = left
         before = prv[left]
         if before >= 0:
-            rank = get((symbols[before], merged))
+            rank = get(symbols[before] + sep + merged)  # type: ignore[operator]
             if rank is not None:
                 push(heap, (rank, before, symbols[before], merged))
         if after >= 0:
-            rank = get((merged, symbols[after]))
+            rank = get(merged + sep + symbols[after])  # type: ignore[operator]
             if rank is not None:
                 push(heap, (rank, left, merged, symbols[after]))
     out = []

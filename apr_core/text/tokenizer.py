@@ -11,6 +11,8 @@ step: `bpe.BPETokenizer` (byte-level and SentencePiece-style BPE) and `spm.SPMTo
 from __future__ import annotations
 
 import codecs
+from itertools import compress, repeat
+from operator import and_
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..errors import AprError, ErrorCode
@@ -58,9 +60,8 @@ class Tokenizer:
         if len(self.attrs) != len(self.tokens):
             raise AprError(ErrorCode.FORMAT, "token attribute count differs from token count",
                            tokens=len(self.tokens), attrs=len(self.attrs))
-        self.token_to_id: Dict[str, int] = {}
-        for index, text in enumerate(self.tokens):
-            self.token_to_id[text] = index     # a later duplicate wins, as in llama.cpp
+        # a later duplicate wins, as in llama.cpp
+        self.token_to_id: Dict[str, int] = dict(zip(self.tokens, range(len(self.tokens))))
         def valid(index: Optional[int]) -> Optional[int]:
             # An id outside the vocabulary disables that special token (llama.cpp does too).
             return index if index is not None and 0 <= index < len(self.tokens) else None
@@ -82,7 +83,8 @@ class Tokenizer:
                 eog.add(index)
         self.eog_ids = frozenset(eog)
         # Longest first so "<|im_start|>" wins over any shorter token inside it.
-        self._special_ids = sorted((i for i, a in enumerate(self.attrs) if a & SPECIAL_ATTRS),
+        specials = compress(range(len(self.attrs)), map(and_, self.attrs, repeat(SPECIAL_ATTRS)))
+        self._special_ids = sorted(specials,
                                    key=lambda i: (-len(self.tokens[i].encode("utf-8")), i))
         self._piece_cache: Dict[int, bytes] = {}
 
@@ -94,9 +96,11 @@ class Tokenizer:
         tokens = kv.get("tokenizer.ggml.tokens")
         if not isinstance(tokens, list) or not tokens:
             raise AprError(ErrorCode.FORMAT, "GGUF tokenizer.ggml.tokens missing or empty")
-        if not all(isinstance(t, str) for t in tokens):
+        if not all(map(isinstance, tokens, repeat(str))):
             raise AprError(ErrorCode.FORMAT, "tokenizer.ggml.tokens must be strings")
-        tokens = [t if t else "[EMPTY_{}]".format(i) for i, t in enumerate(tokens)]
+        tokens = list(tokens)
+        if "" in tokens:
+            tokens = [t if t else "[EMPTY_{}]".format(i) for i, t in enumerate(tokens)]
         types = kv.get("tokenizer.ggml.token_type")
         if types is None:
             attrs = [ATTR_NORMAL] * len(tokens)
@@ -104,7 +108,7 @@ class Tokenizer:
             if len(types) < len(tokens):
                 raise AprError(ErrorCode.FORMAT, "fewer token types than tokens",
                                tokens=len(tokens), types=len(types))
-            attrs = [TYPE_TO_ATTR.get(int(t), 0) for t in types[:len(tokens)]]
+            attrs = list(map(TYPE_TO_ATTR.get, map(int, types[:len(tokens)]), repeat(0)))
         args = dict(defaults)
         for key, name in (("bos", "bos_id"), ("eos", "eos_id"), ("unknown", "unk_id"),
                           ("padding", "pad_id"), ("eot", "eot_id")):

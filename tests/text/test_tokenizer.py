@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from apr_core.errors import AprError, ErrorCode
 from apr_core.text.bpe import BYTE_TO_UNICODE, merge_word
+from apr_core.text.bpe_ranks import PairRanks
 from apr_core.text.pretokenize import PRE_PATTERNS, PreTokenizer, translate
 from apr_core.text.tokenizer import StreamingDetokenizer
 from apr_core.text.load import tokenizer_from_gguf, tokenizer_from_json
@@ -97,10 +98,10 @@ def test_unknown_pre_tokenizer_is_refused():
 # -- BPE --------------------------------------------------------------------------------------
 
 def test_merge_word_lowest_rank_first_leftmost_on_ties():
-    ranks = {("a", "a"): 0, ("b", "c"): 2, ("a", "b"): 3}
+    ranks = PairRanks({"a a": 0, "b c": 2, "a b": 3})
     assert merge_word("aaa", ranks) == ["aa", "a"]     # leftmost pair of equal rank
     assert merge_word("aaaa", ranks) == ["aa", "aa"]
-    ranks[("aa", "a")] = 1
+    ranks[ranks.key("aa", "a")] = 1
     assert merge_word("aaa", ranks) == ["aaa"]
     assert merge_word("abc", ranks) == ["a", "bc"]     # (b,c) ranks before (a,b)
     assert merge_word("", ranks) == [] and merge_word("x", ranks) == ["x"]
