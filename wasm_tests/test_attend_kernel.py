@@ -197,3 +197,29 @@ def test_exp_is_within_two_ulp():
     x = np.linspace(-87, 0, 100001, dtype=F)
     exact = np.exp(x.astype(np.float64))
     assert (np.abs(replay_exp(x) - exact) <= 2 * np.spacing(exact.astype(F))).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stft_product_replays_numpy_matmul_loop(kernel, threads):
+    """gemm_f64 over overlapping frames read in place (hop 160) times the DFT basis: float64
+    sums in column order from 0, what numpy's matmul computes without BLAS (Pyodide)."""
+    from apr_core.speech.mel import N_FFT, HOP_LENGTH, dft_basis
+    memory, k = kernel
+    basis = dft_basis(N_FFT)                                                # [400, 402]
+    frames = 23
+    signal = np.random.default_rng(2).standard_normal(HOP_LENGTH * (frames - 1) + N_FFT,
+                                                      dtype=F)
+    x = np.lib.stride_tricks.as_strided(signal, (frames, N_FFT), (4 * HOP_LENGTH, 4))
+    rows = basis.shape[1]
+    packed = memory.put(floats=2 * -(-rows // 4) * 4 * N_FFT)
+    k["pack_cols_f64"](memory.store, memory.put(basis.view(F)), N_FFT, rows, packed)
+    xa, y = memory.put(signal), memory.put(floats=2 * frames * rows)
+    _threads(lambda i, n: k["gemm_f64"](memory.store, packed, xa, HOP_LENGTH, y, rows, N_FFT,
+                                        frames, i, n), threads)
+    got = memory.get(y, (2 * frames * rows,)).view(np.float64).reshape(frames, rows)
+    expected = np.zeros((frames, rows))
+    wide = x.astype(np.float64)
+    for j in range(N_FFT):
+        expected += wide[:, j:j + 1] * basis[j]
+    assert np.array_equal(got, expected)
+    assert np.abs(got - wide @ basis).max() < 1e-9

@@ -19,7 +19,7 @@ what the FFT does natively (BLAS) and is cheaper than Python overhead in the bro
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -94,8 +94,16 @@ def dft_basis(n: int) -> np.ndarray:
     return basis
 
 
-def power_spectrogram(samples: Any) -> np.ndarray:
-    """[N_FFT // 2 + 1, n_frames] |STFT|^2 of float32 samples, last frame dropped."""
+def _product(frames: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """frames [n, N_FFT] float32 @ basis [N_FFT, 2 * bins] float64 -> [n, 2 * bins]."""
+    return frames.astype(np.float64) @ basis
+
+
+def power_spectrogram(samples: Any, product: Optional[Callable[..., np.ndarray]] = None
+                      ) -> np.ndarray:
+    """[N_FFT // 2 + 1, n_frames] |STFT|^2 of float32 samples, last frame dropped.
+    `product(frames, basis)` (`_product`'s arguments; frames a strided view of the padded
+    samples) computes the spectrum where a backend has a faster kernel (the browser's)."""
     x = np.asarray(samples, dtype=np.float32).reshape(-1)
     pad = N_FFT // 2
     if x.size <= pad:                  # reflect padding needs more samples than the pad
@@ -110,19 +118,21 @@ def power_spectrogram(samples: Any) -> np.ndarray:
     power = np.empty((bins, n_frames - 1), np.float32)              # [bins, n_frames-1]
     for first in range(0, n_frames - 1, _FRAMES_PER_PRODUCT):       # bounded temporaries
         last = min(first + _FRAMES_PER_PRODUCT, n_frames - 1)
-        spectrum = frames[first:last].astype(np.float64) @ basis    # [frames, 2 * bins]
+        spectrum = (product or _product)(frames[first:last], basis)  # [frames, 2 * bins]
         power[:, first:last] = (spectrum[:, :bins] ** 2 + spectrum[:, bins:] ** 2).T
     return power
 
 
 def log_mel_spectrogram(samples: Any, n_mels: int = 80, padding: int = HOP_LENGTH,
-                        filters: Optional[np.ndarray] = None) -> np.ndarray:
-    """[n_mels, n_frames] Whisper log-mel features of 16 kHz float32 samples."""
+                        filters: Optional[np.ndarray] = None,
+                        product: Optional[Callable[..., np.ndarray]] = None) -> np.ndarray:
+    """[n_mels, n_frames] Whisper log-mel features of 16 kHz float32 samples (`product`:
+    `power_spectrogram`'s)."""
     x = np.asarray(samples, dtype=np.float32).reshape(-1)
     if padding:
         x = np.concatenate([x, np.zeros(padding, np.float32)])
     bank = mel_filters(n_mels) if filters is None else np.asarray(filters, np.float32)
-    mel = bank @ power_spectrogram(x)                          # [n_mels, n_frames]
+    mel = bank @ power_spectrogram(x, product)                 # [n_mels, n_frames]
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)

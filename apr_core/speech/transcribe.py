@@ -111,7 +111,8 @@ def transcribe(model: Any, samples: Any, language: Optional[str] = None,
                        beam_size=beam_size, best_of=best_of)
     samples = np.asarray(samples, dtype=np.float32).reshape(-1)
     duration = samples.size / SAMPLE_RATE
-    features = log_mel_spectrogram(samples, model.config.n_mels, filters=model.mel_filters)
+    features = log_mel_spectrogram(samples, model.config.n_mels, filters=model.mel_filters,
+                                   product=getattr(model.net, "stft_product", None))
     content_frames = features.shape[-1] - 1
     probability = 1.0
     encoded = None          # (window, encoder output) of language detection, for reuse

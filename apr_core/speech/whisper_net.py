@@ -13,7 +13,8 @@ two convolutions (as im2col + one product) -- goes through `self.matmul` (numpy'
 default), the seam where a backend plugs in a faster kernel (the browser's SIMD kernel);
 each head of the encoder's attention goes to `self.attention_head` when set (the browser's
 kernels: products and softmax), else numpy's blocks (`attention`); GELU is `self.gelu`,
-the decoder's cross-attention `self.cross_attention` (`_cross_attention`'s arguments).
+the decoder's cross-attention `self.cross_attention` (`_cross_attention`'s arguments), the
+log-mel's STFT product `self.stft_product` (transcribe passes it to mel.py; None: numpy's).
 Each decoder step runs inside `self.decoder_scope()` (nothing by default): natively it
 keeps BLAS on one thread for the step's tiny products (`apr_native.speech_native`); the
 encoder inside `self.encoder_scope()`. The encoder's work on 1500 frames -- products,
@@ -209,6 +210,8 @@ class WhisperNet:
         self.attention_head: Optional[Callable[..., np.ndarray]] = None
         self.gelu: Callable[[np.ndarray], np.ndarray] = gelu   # (the browser: its kernels')
         self.cross_attention: Callable[..., np.ndarray] = _cross_attention   # (same)
+        # the log-mel's STFT product (mel.power_spectrogram's `product`): None is numpy's
+        self.stft_product: Optional[Callable[..., np.ndarray]] = None
         self._cross_of: Optional[np.ndarray] = None     # features `_cross` was made from
         self._cross: List[tuple] = []
         self._flat: Dict[str, np.ndarray] = {}   # conv weights as [C_out, C_in * 3] (kept:

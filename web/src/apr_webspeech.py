@@ -119,6 +119,36 @@ class _CrossAttention:
         return out
 
 
+class _StftProduct:
+    """The log-mel's STFT product (mel.power_spectrogram's `product`: frames [n, N_FFT], a
+    strided float32 view of the padded samples, @ the DFT basis [N_FFT, 2 * bins] float64)
+    on the shell's kernel (`aprSpeech.stft`, attend_f32.c's gemm_f64 on every thread: the
+    sums numpy's own loop makes, in its order), the basis packed into kernel memory once."""
+
+    def __init__(self) -> None:
+        self._basis: Any = None                  # (weakref to the basis, its handle)
+
+    def forget(self) -> None:
+        """The kernels' memory was reset."""
+        self._basis = None
+
+    def __call__(self, frames: Any, basis: Any) -> Any:
+        import weakref
+        import js  # type: ignore[import-not-found]  # the worker's globals: aprSpeech
+        import numpy as np
+        from apr_webkernel import _address
+        if not (frames.dtype == np.float32 and frames.strides[1] == 4 and frames.strides[0] % 4
+                == 0 and basis.dtype == np.float64 and basis.flags.c_contiguous):
+            return frames.astype(np.float64) @ basis
+        if self._basis is None or self._basis[0]() is not basis:
+            handle = js.aprSpeech.stftBasis(_address(basis), basis.shape[0], basis.shape[1])
+            self._basis = (weakref.ref(basis), int(handle))
+        out = np.empty((frames.shape[0], basis.shape[1]), np.float64)   # [n, 2 * bins]
+        js.aprSpeech.stft(self._basis[1], _address(frames), frames.strides[0] // 4,
+                          frames.shape[0], basis.shape[0], basis.shape[1], _address(out))
+        return out
+
+
 def _shell_kernels() -> Any:
     """(block kernels, widened kernels, the float32 WasmMatmul) over the shell's kernels,
     registered once and emptied of the last model's weights; None without them.
@@ -142,10 +172,11 @@ def _shell_kernels() -> Any:
             registry.register("matmul", dtype.name, backend=WIDENED)(widened)
         registry.register("matmul_group", "*", backend=WIDENED)(widened.group)
         _kernels.update(widened=widened, audio=registry.Kernels(WIDENED),
-                        cross=_CrossAttention())
+                        cross=_CrossAttention(), stft=_StftProduct())
     shell["release_kernels"]()      # the last model's weights out of the kernels' memory
     _kernels["widened"].forget()
     _kernels["cross"].forget()
+    _kernels["stft"].forget()
     return shell["kernels"], _kernels["audio"], _kernels["widened"]
 
 
@@ -170,6 +201,7 @@ def _load_model(path: str, mode: str) -> Any:
             model.net.attention_head = _simd_attention()   # encoder attention
             model.net.gelu = _simd_gelu
             model.net.cross_attention = _kernels["cross"]
+            model.net.stft_product = _kernels["stft"]
             return model, "wasm-simd"
     return load_whisper(path), "numpy"
 

@@ -88,7 +88,8 @@ export class SimdMatmul {
     this.memory = memory;
     this.control = new Int32Array(memory.buffer, CONTROL, JOB.INTS);
     this.f32 = f32.exports.matmul;
-    this.attendKernel = new WebAssembly.Instance(attendModule, env).exports;
+    // attend_f32.c (absent where a host passes only the matmul modules: the edge worker)
+    this.attendKernel = attendModule ? new WebAssembly.Instance(attendModule, env).exports : null;
     this.sums16 = blocks.exports.sums16;
     if (relaxedModule) {  // same arguments; its codes and sums fit the scratch (_compute)
       const relaxed = new WebAssembly.Instance(relaxedModule, env);

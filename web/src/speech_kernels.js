@@ -7,7 +7,9 @@
  *  - `crossPlace` / `crossAttend` / `crossFree`: the decoder's cross-attention, each
  *    window's K^T and V copied into kernel memory once (a slot) and read there by every
  *    step, the (row, head) pairs shared by the threads;
- *  - `gelu`: Whisper's exact-erf GELU in place.
+ *  - `gelu`: Whisper's exact-erf GELU in place;
+ *  - `stftBasis` / `stft`: the log-mel's float64 STFT product (the DFT basis packed once),
+ *    frames read in place from a copy of the samples they cover, shared by the threads.
  */
 import { PANEL } from "./simd_kernel.js";
 
@@ -91,6 +93,27 @@ export class SpeechKernels {
     this._kernel(q, n).set(this._heap(qAddress, n));
     this.simd.call("cross_attend", [q, at, v, out, s, R, H, dh, S, Sp, floatBits(scale)]);
     this._heap(outAddress, n).set(this._kernel(out, n));
+  }
+
+  /** Pack the DFT basis `[K, N]` float64 (Python heap) for `stft`; returns its handle. */
+  stftBasis(address, K, N) {
+    const bytes = 8 * up(N, 4) * K;
+    const at = this.simd.reserve(bytes);
+    const [raw] = this._scratch([2 * K * N]);
+    new Uint8Array(this.simd.memory.buffer, raw, 8 * K * N)
+      .set(this.simd.heap().subarray(address, address + 8 * K * N));
+    this.simd.attendKernel.pack_cols_f64(raw, K, N, at);
+    return at;
+  }
+
+  /** The spectrum `[T, N]` float64 (at `outAddress`) of T frames of K float32 samples,
+   * `hop` samples apart from `address` (Python heap), times the basis at `basis`. */
+  stft(basis, address, hop, T, K, N, outAddress) {
+    const span = (T - 1) * hop + K;
+    const [x, y] = this._scratch([span, 2 * T * N]);
+    this._kernel(x, span).set(this._heap(address, span));
+    this.simd.call("gemm_f64", [basis, x, hop, y, N, K, T]);
+    this.simd.heap().set(new Uint8Array(this.simd.memory.buffer, y, 8 * T * N), outAddress);
   }
 
   /** x = gelu(x) for `n` (a multiple of 4) float32 values at `address` in the Python heap. */

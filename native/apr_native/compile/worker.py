@@ -58,6 +58,7 @@ RUNNER_FILES = {
     "kernels/matmul_f32.wasm.js": os.path.join(WEB_SRC, "kernels", "matmul_f32.wasm.js"),
     "kernels/matmul_k.wasm.js": os.path.join(WEB_SRC, "kernels", "matmul_k.wasm.js"),
     "kernels/matmul_r.wasm.js": os.path.join(WEB_SRC, "kernels", "matmul_r.wasm.js"),
+    "kernels/attend_f32.wasm.js": os.path.join(WEB_SRC, "kernels", "attend_f32.wasm.js"),
     "workerd/make_config.py": os.path.join(_TEMPLATES, "make_config.py"),
     "workerd/r2_disk.mjs": os.path.join(_TEMPLATES, "r2_disk.mjs"),
 }

@@ -2,7 +2,7 @@
  * The speech page's float32 kernels (simd_kernel.js; apr_webspeech.py plugs them into
  * Whisper's seams): the register-tiled product over packed weights (panel_gemm.h), one
  * head of the encoder's attention, the decoder's cross-attention and the exact-erf GELU
- * (exp_f32.h). Every exported job takes (..., index, threads) last and computes thread
+ * (exp_f32.h), and the log-mel's float64 STFT product (panel_f64.h). Every exported job takes (..., index, threads) last and computes thread
  * `index`'s share of it, so the shell's helper threads run the same call side by side over
  * the shared memory. Every result is a fixed sequence of float32 operations whatever the
  * thread split (wasm_tests/test_attend_kernel.py replays them in numpy bit for bit).
@@ -10,6 +10,7 @@
  * Build: scripts/build_wasm_kernels.py (zig cc, wasm32 with SIMD128).
  */
 #include "exp_f32.h"
+#include "panel_f64.h"
 #include "panel_gemm.h"
 
 #define EXPORT(name) __attribute__((export_name(name)))
@@ -176,5 +177,30 @@ void gelu_erf(float* x, int n, int index, int threads) {
   int last = 4 * share(quads, index + 1, threads);
   for (int i = 4 * share(quads, index, threads); i < last; i += 4) {
     wasm_v128_store(x + i, gelu_f32x4(wasm_v128_load(x + i)));
+  }
+}
+
+/* b [K, N] (float64, row-major) -> panels of b^T [N, K] for gemm_f64 (columns past N zero). */
+EXPORT("pack_cols_f64")
+void pack_cols_f64(const double* b, int K, int N, double* out) {
+  for (int p = 0; p < (N + PANEL64 - 1) / PANEL64; p++) {
+    for (int k = 0; k < K; k++) {
+      for (int j = p * PANEL64; j < p * PANEL64 + PANEL64; j++) *out++ = j < N ? b[k * N + j] : 0.0;
+    }
+  }
+}
+
+/* y [T, rows] (float64) = x W^T for float32 rows of x `xs` floats apart and W as float64
+ * panels (pack_cols_f64): thread `index`'s tokens, 4 at a time. */
+EXPORT("gemm_f64")
+void gemm_f64(const double* wp, const float* x, int xs, double* y, int rows, int cols, int T,
+              int index, int threads) {
+  int last = share(T, index + 1, threads);
+  int panels = (rows + PANEL64 - 1) / PANEL64;
+  for (int t = share(T, index, threads); t < last; t += 4) {
+    for (int p = 0; p < panels; p++) {
+      tile_f64(min_int(4, last - t), x + t * xs, xs, wp + p * cols * PANEL64, cols,
+               y + t * rows + p * PANEL64, rows, min_int(PANEL64, rows - p * PANEL64));
+    }
   }
 }
