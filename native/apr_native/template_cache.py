@@ -32,10 +32,11 @@ def _code_version() -> str:
     """CRC32 of the sources whose behaviour a description records (read once)."""
     global _code_key
     if _code_key is None:
-        import apr_core.text as text
+        import apr_core     # (not apr_core.text: its package imports the tokenizer)
+        folder = os.path.join(os.path.dirname(apr_core.__file__), "text")
         crc = 0
         for name in _SOURCES:
-            with open(os.path.join(os.path.dirname(text.__file__), name), "rb") as handle:
+            with open(os.path.join(folder, name), "rb") as handle:
                 crc = zlib.crc32(handle.read(), crc)
         _code_key = "{:08x}".format(crc)
     return _code_key
@@ -66,15 +67,17 @@ def _load(path: str, key: Key) -> Optional[Dict[str, Any]]:
 
 def describe(template: Optional[str], bos_token: str = "", eos_token: str = ""
              ) -> Dict[str, Any]:
-    """`describe_template(template, bos, eos)`, from the cache when it was made before."""
+    """`describe_template(template, bos, eos)`, from the cache when it was made before
+    (a hit imports no renderer: jinja2 and the chat modules only on a miss)."""
+    if template:
+        path, key = entry_path(template, bos_token, eos_token)
+        cached = _load(path, key)
+        if cached is not None:
+            return cached
     from apr_core.text.chat_probe import describe_template
-    if not template:
-        return describe_template(template, bos_token, eos_token)
-    path, key = entry_path(template, bos_token, eos_token)
-    cached = _load(path, key)
-    if cached is not None:
-        return cached
     info = describe_template(template, bos_token, eos_token)
+    if not template:
+        return info
     if info.get("check") == "ok":
         from apr_core.atomic import atomic_output    # (tempfile, shutil: only on a miss)
         try:

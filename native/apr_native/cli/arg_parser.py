@@ -12,35 +12,34 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any, Callable, NoReturn, Optional, Pattern, Sequence, Tuple
+from typing import Any, Callable, NoReturn, Optional, Sequence, Tuple
 
 from apr_core.errors import AprError, ErrorCode
 
 PROG = "apr"
 
+# Patterns are compiled on the first error (re caches them), not at every start.
 # argparse reports a bad option value as "argument NAME: DETAIL"
-_ARGUMENT = re.compile(r"^argument (?P<name>[^:]+): (?P<detail>.*)$", re.S)
+_ARGUMENT = r"(?s)^argument (?P<name>[^:]+): (?P<detail>.*)$"
 # argparse's wording -> ours; a DETAIL follows the option's name ("--backend 'x' is not
 # one of ..."), a message that names no option stands alone. Anything else is kept.
-_DETAILS: Sequence[Tuple[Pattern[str], str]] = (
-    (re.compile(r"^invalid choice: (?P<value>.*?) \(choose from (?P<choices>.*)\)$", re.S),
+_DETAILS: Sequence[Tuple[str, str]] = (
+    (r"(?s)^invalid choice: (?P<value>.*?) \(choose from (?P<choices>.*)\)$",
      "{value} is not one of {choices}"),
-    (re.compile(r"^invalid (?P<type>\w+) value: (?P<value>.*)$", re.S),
-     "{value} is not a valid {type}"),
-    (re.compile(r"^expected one argument$"), "needs a value"),
+    (r"(?s)^invalid (?P<type>\w+) value: (?P<value>.*)$", "{value} is not a valid {type}"),
+    (r"^expected one argument$", "needs a value"),
 )
-_MESSAGES: Sequence[Tuple[Pattern[str], str]] = (
-    (re.compile(r"^the following arguments are required: (?P<names>.*)$", re.S),
+_MESSAGES: Sequence[Tuple[str, str]] = (
+    (r"(?s)^the following arguments are required: (?P<names>.*)$",
      "missing argument: {names}"),
-    (re.compile(r"^unrecognized arguments: (?P<names>.*)$", re.S),
-     "unknown argument: {names}"),
+    (r"(?s)^unrecognized arguments: (?P<names>.*)$", "unknown argument: {names}"),
 )
 _NOUNS = {int: "an integer", float: "a number"}
 
 
-def _reworded(message: str, table: Sequence[Tuple[Pattern[str], str]]) -> Optional[str]:
+def _reworded(message: str, table: Sequence[Tuple[str, str]]) -> Optional[str]:
     for pattern, template in table:
-        found = pattern.match(message)
+        found = re.match(pattern, message)
         if found:
             return template.format(**found.groupdict())
     return None
@@ -48,7 +47,7 @@ def _reworded(message: str, table: Sequence[Tuple[Pattern[str], str]]) -> Option
 
 def describe(message: str) -> str:
     """argparse's error message -> ours, on one line."""
-    found = _ARGUMENT.match(message)
+    found = re.match(_ARGUMENT, message)
     if found:
         detail = found.group("detail")
         text = "{} {}".format(found.group("name"), _reworded(detail, _DETAILS) or detail)

@@ -17,13 +17,12 @@ from collections.abc import Sequence
 from typing import Any, Dict, Optional, Tuple
 
 from apr_core.errors import AprError, ErrorCode
-from apr_core.text.chat import BUILTIN_TEMPLATES
-from apr_core.text.chat_sandbox import MAX_TEMPLATE_CHARS
 
 FLAG = "--chat-template"
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
+    from apr_core.text.chat import BUILTIN_TEMPLATES   # (not needed by `apr inspect`)
     p.add_argument(FLAG, dest="chat_template", metavar="NAME|FILE",
                    help="chat template replacing the model's own: a built-in ({}) or a "
                    "Jinja file".format(", ".join(BUILTIN_TEMPLATES)))
@@ -33,6 +32,8 @@ def resolve(value: Optional[str]) -> Optional[str]:
     """The template text (or built-in name) `--chat-template` asks for; None if not given."""
     if value is None:
         return None
+    from apr_core.text.chat import BUILTIN_TEMPLATES
+    from apr_core.text.chat_sandbox import MAX_TEMPLATE_CHARS
     if value.strip().lower() in BUILTIN_TEMPLATES:
         return value.strip().lower()
     if not os.path.isfile(value):

@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import shutil
 import sys
-import textwrap
 from typing import Iterable, List, Optional
 
 from apr_core.errors import AprError, ErrorCode
@@ -36,6 +34,8 @@ def _import(module: str):
 
 def grouped_help(width: Optional[int] = None) -> str:
     """The command list of `apr --help`: THE table's groups in order, a help line each."""
+    import shutil           # (with textwrap: only when help is shown)
+    import textwrap
     width = width or shutil.get_terminal_size().columns
     labels = {c.name: c.name + "".join(" ({})".format(a) for a in c.aliases)
               for c in commands.COMMANDS.values()}
@@ -55,15 +55,24 @@ def grouped_help(width: Optional[int] = None) -> str:
     return "\n".join(lines)
 
 
+class _RootParser(AprArgumentParser):
+    """The top-level parser: its epilog (the grouped command list, wrapped to the
+    terminal) is written when help is shown, not on every start."""
+
+    def format_help(self) -> str:
+        if self.epilog is None:
+            self.epilog = grouped_help() + "\n`{0} help COMMAND` or `{0} COMMAND --help` " \
+                "for a command's options.".format(PROG)
+        return super().format_help()
+
+
 def build_parser(load: Optional[Iterable[str]] = None) -> AprArgumentParser:
     """The `apr` parser with the real subparsers of the modules in `load` (default: every
     command module); its help lists every command from the table either way."""
-    parser = AprArgumentParser(
+    parser = _RootParser(
         prog=PROG, usage="{} [-h] [--version] COMMAND ...".format(PROG),
         description="APR model operations tool",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=grouped_help() + "\n`{0} help COMMAND` or `{0} COMMAND --help` for a "
-        "command's options.".format(PROG))
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true",
                         help="show versions, kernel backend and CPU/GPU features, then exit")
     # prog: the subcommands' usage starts "apr run", not with the usage line above
