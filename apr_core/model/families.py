@@ -15,9 +15,9 @@ the tensor name, family and expected/actual values.
 from __future__ import annotations
 
 import json
-import pkgutil
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from .. import package_data
 from ..errors import AprError, ErrorCode
 
 SOURCES = ("gguf", "hf")
@@ -28,7 +28,7 @@ def contracts() -> Dict[str, Dict[str, Any]]:
     """{family: contract} from the packaged contracts.json (read once)."""
     global _CONTRACTS
     if _CONTRACTS is None:
-        data = pkgutil.get_data("apr_core", "data/contracts.json")
+        data = package_data.read("data/contracts.json")
         if data is None:
             raise AprError(ErrorCode.IO, "apr_core/data/contracts.json is missing")
         _CONTRACTS = json.loads(data.decode("utf-8"))["families"]

@@ -188,8 +188,16 @@ class Sampler:
                  breakers: FrozenSet[int] = frozenset()) -> None:
         self.config = config or SamplerConfig()
         self.breakers = breakers
-        self.rng = np.random.RandomState(self.config.seed)
+        self._rng: Optional[np.random.RandomState] = None
         self.mu = 2.0 * self.config.mirostat_tau
+
+    @property
+    def rng(self) -> np.random.RandomState:
+        """The RNG seeded by `config.seed`, made at the first draw (a greedy run never
+        imports numpy.random: part of every start)."""
+        if self._rng is None:
+            self._rng = np.random.RandomState(self.config.seed)
+        return self._rng
 
     @classmethod
     def for_tokenizer(cls, config: SamplerConfig, tokenizer: Any) -> "Sampler":

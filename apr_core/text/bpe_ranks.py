@@ -21,7 +21,7 @@ from typing import Any, List, Sequence, Tuple
 from ..errors import AprError, ErrorCode
 
 _JOIN = "\0"                          # never inside a real merge; checked below
-_TWO_SPACES = re.compile("[ ][^ \0]*[ ]")
+_TWO_SPACES = "[ ][^ \0]*[ ]"        # (compiled on first use: re caches it)
 # separators tried, in order, when a part holds a space
 _SEPARATORS = ("\0", "\x01", "\x1f", "\ufffe", "\U0010fffe")
 
@@ -47,7 +47,7 @@ def merge_ranks(merges: Sequence[Any]) -> PairRanks:
     except TypeError:                   # pairs, or a mix of both forms
         joined = None
     if joined is not None and joined.count(_JOIN) == count - 1 \
-            and _TWO_SPACES.search(joined) is None:
+            and re.search(_TWO_SPACES, joined) is None:
         # reversed: the first rule for a pair wins
         return PairRanks(zip(reversed(merges), range(count - 1, -1, -1)))
     return _split_ranks(merges)

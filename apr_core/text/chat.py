@@ -11,7 +11,6 @@ Qwen2.5 prompt without a system message still gets "You are Qwen, ...".
 """
 from __future__ import annotations
 
-import datetime
 import json
 import re
 from collections import OrderedDict
@@ -28,9 +27,10 @@ BUILTIN_TEMPLATES = ("chatml", "llama2", "llama3", "mistral", "gemma")
 # Marker -> built-in family, checked in order (Llama-2 before Mistral: both use [INST]).
 _MARKERS = (("<|im_start|>", "chatml"), ("<|start_header_id|>", "llama3"),
             ("<start_of_turn>", "gemma"), ("<<SYS>>", "llama2"), ("[INST]", "mistral"))
-# A literal default system prompt inside a ChatML template: '<|im_start|>system\n...<|im_end|>'.
-_CHATML_DEFAULT_SYSTEM = re.compile(
-    r"<\|im_start\|>system(?:\\n|\n)([^'\"{}<>+\\]*(?:\\n[^'\"{}<>+\\]*)*)<\|im_end\|>")
+# A literal default system prompt inside a ChatML template: '<|im_start|>system\n...<|im_end|>'
+# (a pattern string: compiled on first use, re caches it).
+_CHATML_DEFAULT_SYSTEM = \
+    r"<\|im_start\|>system(?:\\n|\n)([^'\"{}<>+\\]*(?:\\n[^'\"{}<>+\\]*)*)<\|im_end\|>"
 
 
 def detect_template(template: Optional[str]) -> Optional[str]:
@@ -73,7 +73,7 @@ def render_chat(messages: Sequence[Message], template: Optional[str] = None,
                        "template (pip install jinja2)", family=family)
     default_system = None
     if family == "chatml" and template and not is_name:
-        found = _CHATML_DEFAULT_SYSTEM.search(template)
+        found = re.search(_CHATML_DEFAULT_SYSTEM, template)
         if found:
             default_system = found.group(1).replace("\\n", "\n")
     return _BUILTIN[family](messages, add_generation_prompt, bos_token, eos_token,
@@ -116,7 +116,7 @@ def _jinja_environment() -> Any:
     if _environment is not env:
         env.filters["tojson"] = guard_filter("tojson", _tojson)
         env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+        env.globals["strftime_now"] = _strftime_now
         _environment = env
     return _environment
 
@@ -127,6 +127,11 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None
     # plain JSON (the HF behaviour).
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    import datetime     # (only for templates that print the date)
+    return datetime.datetime.now().strftime(fmt)
 
 
 class _TemplateRaised(Exception):

@@ -59,9 +59,9 @@ def scan_category_ranges() -> Dict[str, List[Tuple[int, int]]]:
 def packaged_category_ranges() -> Optional[Dict[str, List[Tuple[int, int]]]]:
     """`CATEGORY_TABLE`'s runs when it was made for this Python's Unicode version."""
     import json
-    import pkgutil
+    from ..package_data import read
     try:
-        data = pkgutil.get_data("apr_core", CATEGORY_TABLE)
+        data = read(CATEGORY_TABLE)
     except OSError:
         return None
     if data is None:
