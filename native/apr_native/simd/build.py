@@ -14,11 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 from typing import List, Optional
 
 from apr_core.errors import AprError, ErrorCode
@@ -45,6 +41,7 @@ def kernel_dir() -> str:
 def compiler() -> Optional[List[str]]:
     """The C compiler command: zig's clang when `ziglang` is installed, else `cc`."""
     import importlib.util
+    import shutil
     if importlib.util.find_spec("ziglang") is not None:
         return [sys.executable, "-m", "ziglang", "cc"]
     found = shutil.which("cc")
@@ -71,6 +68,7 @@ def cpu_signature() -> bytes:
         return b"\n".join(sorted({line for line in lines
                                   if line.startswith((b"model name", b"flags"))}))
     except OSError:
+        import platform
         return (platform.machine() + platform.processor()).encode()
 
 
@@ -115,6 +113,8 @@ def _lock() -> str:
 
 
 def _compile(command: List[str], path: str) -> None:
+    import subprocess       # (with tempfile: only when building, not at every start)
+    import tempfile
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, scratch = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
