@@ -32,10 +32,12 @@ DECODER_BLAS_THREADS = 1
 
 
 def load_native_whisper(path_or_source: Any, verify: bool = True,
-                        backend: Optional[str] = None, threads: Optional[int] = None) -> Any:
+                        backend: Optional[str] = None, threads: Optional[int] = None,
+                        fused: bool = True) -> Any:
     """A `WhisperModel` set up for native speed (see the module docstring). `backend`,
     `threads`: as `backends.select` takes them (None: $APR_BACKEND or the fastest, on
-    the process's threads)."""
+    the process's threads). `fused`: the encoder's attention heads, GELU and the decoder's
+    cross-attention on `speech_kernels` (False: apr_core's numpy, for comparisons)."""
     from apr_core.speech.model import load_whisper
 
     from . import backends
@@ -46,6 +48,11 @@ def load_native_whisper(path_or_source: Any, verify: bool = True,
     net.decoder_scope = functools.partial(blas_threads.limited, DECODER_BLAS_THREADS)
     net.encoder_scope = functools.partial(blas_threads.limited, 1)
     net.parts = threads or backends.threads()
+    if fused:
+        from . import speech_kernels
+        net.attention_head = speech_kernels.encoder_head
+        net.gelu = speech_kernels.gelu
+        net.cross_attention = speech_kernels.cross_attention
     if net.parts > 1:
         pool = ThreadPoolExecutor(net.parts, thread_name_prefix="apr-whisper")
         net.map = pool.map
