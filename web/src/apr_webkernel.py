@@ -61,8 +61,23 @@ QUANTIZED: Dict[str, int] = BLOCK_KINDS
 KIND_PANELS = 100
 
 
+try:
+    from ctypes import addressof as _addressof, c_char as _c_char
+except ImportError:  # a Pyodide built without ctypes
+    _c_char = None
+
+
 def _address(array: Any) -> int:
-    """Where a contiguous numpy array's data starts in Pyodide's memory."""
+    """Where a contiguous numpy array's data starts in Pyodide's memory. A decode step asks
+    this ~500 times: through the buffer protocol (ctypes) it costs a quarter of numpy's
+    `__array_interface__`, which builds a dict and the dtype's descr in Python each time
+    (about a tenth of a SmolLM2 decode step in Pyodide's profile); read-only arrays, which
+    ctypes refuses, take that way."""
+    if _c_char is not None:
+        try:
+            return _addressof(_c_char.from_buffer(array))
+        except (TypeError, ValueError):
+            pass
     return array.__array_interface__["data"][0]
 
 
@@ -163,6 +178,17 @@ class WasmFused:
     def __init__(self, kernel: Any, matmul: WasmMatmul) -> None:
         self._kernel = kernel
         self._matmul = matmul
+        # the caches the shell's RoPE store and attention read and write in place: float32,
+        # and float16 (the f16 KV type, the default) where the browser has Float16Array
+        self._cache_dtypes = ("float32", "float16") if getattr(
+            kernel, "halfCaches", False) else ("float32",)
+
+    def _in_place(self, k_cache: Any, v_cache: Any) -> bool:
+        """Whether the shell works on these caches in place (else the numpy reference)."""
+        return (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous
+                and k_cache.dtype == v_cache.dtype
+                and k_cache.dtype.name in self._cache_dtypes
+                and k_cache.shape[-1] == v_cache.shape[-1])
 
     def rms_norm_add(self, x: Any, a: Any, weight: Any, eps: float) -> Tuple[Any, Any]:
         """`(x + a, rms_norm(x + a) * weight)`, each `[T, d]`."""
@@ -187,8 +213,7 @@ class WasmFused:
         """RoPE on q `[T, H, hd]` and k, k and v into the caches `[n_kv, cap, hd]`."""
         import numpy as np
         from apr_core.model.fused import rope_store
-        if not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous
-                and k_cache.dtype == np.float32 and v_cache.dtype == np.float32):
+        if not self._in_place(k_cache, v_cache) or k_cache.shape[-1] != q.shape[-1]:
             return rope_store(q, k, v, cos, sin, dim, neox, k_cache, v_cache, start)
         q, k, v = (np.ascontiguousarray(a, np.float32) for a in (q, k, v))
         tables = (0, 0) if cos is None else tuple(
@@ -197,7 +222,8 @@ class WasmFused:
         t, heads, hd = q.shape
         self._kernel.ropeStore(t, heads, k.shape[1], hd, _address(q), _address(k), _address(v),
                                tables[0], tables[1], int(dim), bool(neox), _address(k_cache),
-                               _address(v_cache), k_cache.shape[1], int(start), _address(out))
+                               _address(v_cache), k_cache.shape[1], int(start), _address(out),
+                               k_cache.dtype == np.float16)
         return out
 
     def attention(self, q: Any, k_cache: Any, v_cache: Any, n_keys: int, q_pos: Any,
@@ -205,8 +231,7 @@ class WasmFused:
         """Grouped-query attention over the first `n_keys` cached positions -> `[T, H*hd]`."""
         import numpy as np
         from apr_core.model.fused import cached_attention
-        if not (k_cache.flags.c_contiguous and v_cache.flags.c_contiguous
-                and k_cache.dtype == np.float32 and v_cache.dtype == np.float32):
+        if not self._in_place(k_cache, v_cache) or k_cache.shape[-1] != q.shape[-1]:
             return cached_attention(q, k_cache, v_cache, n_keys, q_pos, scale, window)
         q = np.ascontiguousarray(q, np.float32)                          # [T, H, hd]
         positions = np.ascontiguousarray(q_pos, np.int64)                # [T]
@@ -215,7 +240,7 @@ class WasmFused:
         self._kernel.attention(t, heads, k_cache.shape[0], hd, _address(q), _address(k_cache),
                                _address(v_cache), k_cache.shape[1], int(n_keys),
                                _address(positions), float(scale), int(window or 0),
-                               _address(out))
+                               _address(out), k_cache.dtype == np.float16)
         return out
 
     def matmul_glu(self, gate: Any, up: Any, x: Any, act: str) -> Any:
@@ -328,19 +353,24 @@ def fused_check(seed: int) -> str:
     heads = x[:, :x.shape[1] // 64 * 64].reshape(x.shape[0], -1, 64)    # [T, heads, 64]
     compare("norm_heads", mine["rms_norm"](heads, w[:64], 1e-6),
             reference.KINDS["rms_norm"](heads, w[:64], 1e-6))
-    for neox in (True, False):
-        ours, theirs = [c.copy() for c in caches], [c.copy() for c in caches]
-        q1 = mine["rope_store"](q, k, v, cos, sin, 64, neox, ours[0], ours[1], 18)
-        q2 = reference.rope_store(q, k, v, cos, sin, 64, neox, theirs[0], theirs[1], 18)
-        tag = "neox" if neox else "gptj"
-        compare("rope_q_" + tag, q1, q2)
-        compare("rope_k_" + tag, ours[0], theirs[0])
-        compare("rope_v_" + tag, ours[1], theirs[1])
-    for window in (0, 5):
-        compare("attention_w{}".format(window),
-                mine["attention"](q, caches[0], caches[1], 20, pos, 0.125, window),
-                reference.cached_attention(q, caches[0], caches[1], 20, pos, 0.125, window),
-                caches[1][:, :20])
+    # float32 caches, and float16 ones (the f16 KV type: "_f16"), which the shell stores
+    # and reads in place where the browser has Float16Array (`half_caches` says whether)
+    for storage, suffix in ((np.float32, ""), (np.float16, "_f16")):
+        typed = [c.astype(storage) for c in caches]
+        for neox in (True, False):
+            ours, theirs = [c.copy() for c in typed], [c.copy() for c in typed]
+            q1 = mine["rope_store"](q, k, v, cos, sin, 64, neox, ours[0], ours[1], 18)
+            q2 = reference.rope_store(q, k, v, cos, sin, 64, neox, theirs[0], theirs[1], 18)
+            tag = ("neox" if neox else "gptj") + suffix
+            compare("rope_q_" + tag, q1, q2)
+            compare("rope_k_" + tag, ours[0].astype(np.float32), theirs[0].astype(np.float32))
+            compare("rope_v_" + tag, ours[1].astype(np.float32), theirs[1].astype(np.float32))
+        for window in (0, 5):
+            compare("attention_w{}{}".format(window, suffix),
+                    mine["attention"](q, typed[0], typed[1], 20, pos, 0.125, window),
+                    reference.cached_attention(q, typed[0], typed[1], 20, pos, 0.125, window),
+                    typed[1][:, :20].astype(np.float32))
+    out["half_caches"] = mine["attention"].__self__._cache_dtypes[-1] == "float16"
     for act in GATES:
         compare("glu" if act == "silu" else "glu_" + act,
                 mine["matmul_glu"](block["gate"], block["up"], x, act),

@@ -98,6 +98,9 @@ export class AprClient {
   logits(ids) { return this.call("logits", ids); }
   greedy(ids, count) { return this.call("greedy", ids, count); }
   dequantDigests() { return this.call("dequantDigests"); }
+  /** Where decode time goes: `count` greedy tokens under cProfile, the costliest functions
+   * as [name, calls, own s, cumulative s]. */
+  profileDecode(ids, count) { return this.call("profileDecode", ids, count); }
   /** Drop a model from the worker's memory (its shards stay in the IndexedDB cache). */
   forget(url) { return this.call("forget", absolute(url)); }
   /** Bytes the worker's WebAssembly memories hold: `{kernels, python}`. */

@@ -22,7 +22,7 @@ import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
 import * as attendSource from "./kernels/attend_f32.wasm.js";
-import { attention, GATES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
+import { attention, GATES, HALF_CACHES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
 import { CALLS, f32Share, JOB, KIND_PANELS, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
@@ -320,5 +320,7 @@ export class SimdMatmul {
   /** The fused per-layer kinds (kernels/fused.js) on arrays in the Python heap. */
   rmsNormAdd(...args) { rmsNormAdd(this.heap().buffer, ...args); }
   ropeStore(...args) { ropeStore(this.heap().buffer, ...args); }
+  /** Whether ropeStore and attention take float16 caches (the browser has Float16Array). */
+  get halfCaches() { return HALF_CACHES; }
   attention(...args) { attention(this.heap().buffer, ...args); }
 }

@@ -8,10 +8,17 @@
  * which is within the reference's own float32 rounding.
  *
  * Every function takes `heap` (an ArrayBuffer: the Python runtime's memory) and byte
- * addresses of C-contiguous arrays in it.
+ * addresses of C-contiguous arrays in it. KV caches are float32 or float16 (`half`: the
+ * f16 KV type, the default): a Float16Array stores a value rounded to nearest, ties to
+ * even, as numpy's float32 -> float16 cast does, and reads it back exactly, so an f16
+ * cache holds the bytes apr_core's kv_store writes. Where the browser has no Float16Array
+ * (HALF_CACHES false) the f16 caches stay with the numpy references.
  */
 const f32 = (heap, at, n) => new Float32Array(heap, at, n);
 const fr = Math.fround;
+export const HALF_CACHES = typeof Float16Array === "function";
+/** A KV cache `[n]` as stored: float16 when `half`, else float32. */
+const cacheView = (heap, at, n, half) => (half ? new Float16Array(heap, at, n) : f32(heap, at, n));
 
 /** s = x + a (x itself when `a` is 0), h = s * (1 / sqrt(mean(s^2) + eps)) * w; `[T, d]`. */
 export function rmsNormAdd(heap, T, d, x, a, w, eps, s, h) {
@@ -53,26 +60,27 @@ function rotate(SRC, DST, T, heads, hd, C, S, dim, neox, cache, cap, start) {
   }
 }
 
-/** RoPE on q and k, k and v into the caches `[n_kv, cap, hd]` at `start..`, rotated q to
- * `qOut`. `cos` 0: no rotation. */
+/** RoPE on q and k, k and v into the caches `[n_kv, cap, hd]` (float16 when `half`) at
+ * `start..`, rotated q to `qOut`. `cos` 0: no rotation. */
 export function ropeStore(heap, T, H, nKv, hd, q, k, v, cos, sin, dim, neox, kCache, vCache,
-                          cap, start, qOut) {
+                          cap, start, qOut, half = false) {
   const C = cos ? f32(heap, cos, T * (dim >> 1)) : null;
   const S = cos ? f32(heap, sin, T * (dim >> 1)) : null;
   rotate(f32(heap, q, T * H * hd), f32(heap, qOut, T * H * hd), T, H, hd, C, S, dim, neox,
          false, 0, 0);
-  const KC = f32(heap, kCache, nKv * cap * hd);
+  const KC = cacheView(heap, kCache, nKv * cap * hd, half);
   rotate(f32(heap, k, T * nKv * hd), KC, T, nKv, hd, C, S, dim, neox, true, cap, start);
-  rotate(f32(heap, v, T * nKv * hd), f32(heap, vCache, nKv * cap * hd), T, nKv, hd, null,
-         null, 0, false, true, cap, start);
+  rotate(f32(heap, v, T * nKv * hd), cacheView(heap, vCache, nKv * cap * hd, half), T, nKv,
+         hd, null, null, 0, false, true, cap, start);
 }
 
-/** Grouped-query attention of `q [T, H, hd]` over cached keys `0..nKeys-1` -> `out [T, H*hd]`;
- * scores and softmax in float64, probabilities rounded to float32 before the V sum. */
+/** Grouped-query attention of `q [T, H, hd]` over cached keys `0..nKeys-1` (caches float16
+ * when `half`) -> `out [T, H*hd]`; scores and softmax in float64, probabilities rounded to
+ * float32 before the V sum. */
 export function attention(heap, T, H, nKv, hd, q, kCache, vCache, cap, nKeys, qPos, scale,
-                          window, out) {
-  const Q = f32(heap, q, T * H * hd), K = f32(heap, kCache, nKv * cap * hd);
-  const V = f32(heap, vCache, nKv * cap * hd), O = f32(heap, out, T * H * hd);
+                          window, out, half = false) {
+  const Q = f32(heap, q, T * H * hd), K = cacheView(heap, kCache, nKv * cap * hd, half);
+  const V = cacheView(heap, vCache, nKv * cap * hd, half), O = f32(heap, out, T * H * hd);
   const P = new Int32Array(heap, qPos, 2 * T);  // int64 positions, low words (little-endian)
   const group = H / nKv;
   const scores = new Float64Array(nKeys);
