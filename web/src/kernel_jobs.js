@@ -18,7 +18,7 @@ export const JOB = {
 };
 
 /** attend_f32.c's jobs the threads share (each takes `index, threads` after its ARGS). */
-export const CALLS = ["attend_rows", "cross_attend", "gelu_erf", "gemm_f64"];
+export const CALLS = ["attend_rows", "gelu_erf", "gemm_f64"];
 
 /** A float32 weight packed in panels for attend_f32.c's `gemm` (apr_webkernel.KIND_PANELS). */
 export const KIND_PANELS = 100;

@@ -6,7 +6,7 @@
  *    rows shared by the threads);
  *  - `crossPlace` / `crossAttend` / `crossFree`: the decoder's cross-attention, each
  *    window's K^T and V copied into kernel memory once (a slot) and read there by every
- *    step, the (row, head) pairs shared by the threads;
+ *    step;
  *  - `gelu`: Whisper's exact-erf GELU in place;
  *  - `stftBasis` / `stft`: the log-mel's float64 STFT product (the DFT basis packed once),
  *    frames read in place from a copy of the samples they cover, shared by the threads.
@@ -15,6 +15,8 @@ import { PANEL } from "./simd_kernel.js";
 
 const align = (n) => (n + 15) & ~15;
 const up = (n, m) => Math.ceil(n / m) * m;
+/** Elements below which an elementwise job runs on this thread alone. */
+const SMALL = 1 << 16;
 const floatBits = (x) => new Int32Array(new Float32Array([x]).buffer)[0];
 
 export class SpeechKernels {
@@ -85,13 +87,15 @@ export class SpeechKernels {
   }
 
   /** Cross-attention of q `[R, H, dh]` over slot `slot` -> out `[R, H * dh]`: scores by
-   * q * scale (float32), softmax, probs v over the sum (attend_f32.c's cross_attend). */
+   * q * scale (float32), softmax, probs v over the sum (attend_f32.c's cross_attend). On
+   * this thread alone: a step reads the window's K/V at memory speed in under a
+   * millisecond, about what waking a helper costs on a busy machine. */
   crossAttend(slot, R, qAddress, scale, outAddress) {
     const { at, v, H, dh, S, Sp } = this.slots[slot];
     const n = R * H * dh;
-    const [q, out, s] = this._scratch([n, n, this.simd.threads * Sp]);
+    const [q, out, s] = this._scratch([n, n, Sp]);
     this._kernel(q, n).set(this._heap(qAddress, n));
-    this.simd.call("cross_attend", [q, at, v, out, s, R, H, dh, S, Sp, floatBits(scale)]);
+    this.simd.attendKernel.cross_attend(q, at, v, out, s, R, H, dh, S, Sp, floatBits(scale), 0, 1);
     this._heap(outAddress, n).set(this._kernel(out, n));
   }
 
@@ -116,11 +120,13 @@ export class SpeechKernels {
     this.simd.heap().set(new Uint8Array(this.simd.memory.buffer, y, 8 * T * N), outAddress);
   }
 
-  /** x = gelu(x) for `n` (a multiple of 4) float32 values at `address` in the Python heap. */
+  /** x = gelu(x) for `n` (a multiple of 4) float32 values at `address` in the Python heap
+   * (a decoder step's few thousand here alone: waking the helpers costs more). */
   gelu(address, n) {
     const [x] = this._scratch([n]);
     this._kernel(x, n).set(this._heap(address, n));
-    this.simd.call("gelu_erf", [x, n]);
+    if (n < SMALL) this.simd.attendKernel.gelu_erf(x, n, 0, 1);
+    else this.simd.call("gelu_erf", [x, n]);
     this._heap(address, n).set(this._kernel(x, n));
   }
 }

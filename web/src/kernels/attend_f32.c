@@ -61,9 +61,15 @@ void gemm(const float* wp, const float* x, float* y, int rows, int cols, int T, 
 /* s[0..Sp) <- exp(s - max(s[0..S))) with keys from S on zero; returns their float32 sum,
  * four lanes in key order then (l0 + l1) + (l2 + l3). Sp is a multiple of 4. */
 INLINE float softmax_row(float* s, int S, int Sp) {
-  float top = s[0];
-  for (int j = 1; j < S; j++) top = s[j] > top ? s[j] : top;
-  v128_t m = wasm_f32x4_splat(top), sum = wasm_f32x4_splat(0.0f), limit = wasm_i32x4_splat(S);
+  v128_t m = wasm_f32x4_splat(s[0]);
+  int j = 0;
+  for (; j + 4 <= S; j += 4) m = wasm_f32x4_pmax(m, wasm_v128_load(s + j));
+  m = wasm_f32x4_pmax(m, wasm_i32x4_shuffle(m, m, 2, 3, 0, 1));
+  m = wasm_f32x4_pmax(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+  float top = wasm_f32x4_extract_lane(m, 0);
+  for (; j < S; j++) top = s[j] > top ? s[j] : top;
+  m = wasm_f32x4_splat(top);
+  v128_t sum = wasm_f32x4_splat(0.0f), limit = wasm_i32x4_splat(S);
   v128_t lane = wasm_i32x4_make(0, 1, 2, 3);
   for (int j = 0; j < Sp; j += 4) {
     v128_t e = exp_f32x4(wasm_f32x4_sub(wasm_v128_load(s + j), m));
