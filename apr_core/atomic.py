@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import re
 import tempfile
@@ -25,7 +24,7 @@ from typing import IO, Any, Iterator, Optional, Tuple
 
 from .errors import AprError, ErrorCode
 
-LOG = logging.getLogger("apr.atomic")
+LOGGER = "apr.atomic"       # (logging is imported only to warn: not at every start)
 PREFIX = ".apr-"
 SUFFIX = ".tmp"
 LEGACY_STALE_S = 3600.0
@@ -104,9 +103,10 @@ def sweep_stale(directory: Any) -> Tuple[int, int]:
         removed += 1
         freed += size
     if removed:
-        LOG.warning("apr: removed %d stale temporary file%s of interrupted writes in %s "
-                    "(freed %s)", removed, "" if removed == 1 else "s", directory,
-                    _human(freed))
+        import logging
+        logging.getLogger(LOGGER).warning(
+            "apr: removed %d stale temporary file%s of interrupted writes in %s (freed %s)",
+            removed, "" if removed == 1 else "s", directory, _human(freed))
     return removed, freed
 
 
