@@ -18,7 +18,6 @@ import contextlib
 import errno
 import os
 import re
-import tempfile
 import time
 from typing import IO, Any, Iterator, Optional, Tuple
 
@@ -128,6 +127,7 @@ def atomic_output(path: Any, overwrite: bool = True) -> Iterator[IO[bytes]]:
                        path=target)
     directory = os.path.dirname(os.path.abspath(target))
     sweep_stale(directory)
+    import tempfile         # (with random: only when a file is written, not at every start)
     try:
         fd, tmp = tempfile.mkstemp(prefix=_own_tag(), suffix=SUFFIX, dir=directory)
     except OSError as exc:
