@@ -210,6 +210,9 @@ class WhisperNet:
         self.attention_head: Optional[Callable[..., np.ndarray]] = None
         self.gelu: Callable[[np.ndarray], np.ndarray] = gelu   # (the browser: its kernels')
         self.cross_attention: Callable[..., np.ndarray] = _cross_attention   # (same)
+        # how a window's cross K^T / V are held for `cross_attention`, (K^T, V) -> (K^T, V)
+        # (None: float32 as computed; natively float16, which its kernel reads)
+        self.cross_layout: Optional[Callable[..., tuple]] = None
         # the log-mel's STFT product (mel.power_spectrogram's `product`): None is numpy's
         self.stft_product: Optional[Callable[..., np.ndarray]] = None
         self._cross_of: Optional[np.ndarray] = None     # features `_cross` was made from
@@ -310,7 +313,8 @@ class WhisperNet:
                 kv = self._wide(audio_features, "decoder.blocks.{}.cross_attn.kv".format(i))
                 k, v = np.split(kv, 2, axis=-1)                         # 2 x [S, d]
                 keys_t = np.ascontiguousarray(np.swapaxes(_heads(k, heads), -1, -2))
-                cross.append((keys_t, _heads(v, heads)))                # [H, dh, S], [H, S, dh]
+                pair = (keys_t, _heads(v, heads))                       # [H, dh, S], [H, S, dh]
+                cross.append(self.cross_layout(*pair) if self.cross_layout else pair)
         return cross
 
     def decode(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:

@@ -54,6 +54,26 @@ def _f32_from_bits(typingctx, bits):
     return types.float32(types.int32), codegen
 
 
+@intrinsic
+def _widen(typingctx, x):
+    """float32 of `x`: a float32 as it is, a uint16 as the IEEE half its bits are
+    (F16C's vcvtph2ps once LLVM vectorizes the loop)."""
+    if x == types.float32:
+        def same(context, builder, signature, args):
+            return args[0]
+        return types.float32(x), same
+    if x == types.uint16:
+        def half(context, builder, signature, args):
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+        return types.float32(x), half
+    return None
+
+
+def as_half(x: np.ndarray) -> np.ndarray:
+    """A float32 array rounded to float16, as the uint16 bits `cross_attention` reads."""
+    return np.ascontiguousarray(x, dtype=np.float16).view(np.uint16)
+
+
 @njit(cache=True, nogil=True, fastmath={"contract"})
 def exp_f32(x):
     """e**x for float32 `x` (clamped to [-87, 88]), float32. Compiled on its own, without
@@ -110,8 +130,9 @@ def encoder_head(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True, fastmath=FAST, error_model="numpy")
 def _cross(q, keys_t, values, scale, scores, out):
-    """q [R, H, dh] over keys_t [H, dh, S], values [H, S, dh] -> out [R, H * dh];
-    `scores [R, S]` scratch. Per head, each key / value row is read once for all R rows."""
+    """q [R, H, dh] over keys_t [H, dh, S], values [H, S, dh] (float32, or float16 bits
+    as uint16: `as_half`) -> out [R, H * dh]; `scores [R, S]` scratch. Per head, each key /
+    value row is read once for all R rows."""
     rows, heads, dh = q.shape
     width = keys_t.shape[2]
     for h in range(heads):
@@ -122,7 +143,7 @@ def _cross(q, keys_t, values, scale, scores, out):
                 qd = q[r, h, d] * scale
                 sr = scores[r]
                 for s in range(width):
-                    sr[s] += qd * kt[s]
+                    sr[s] += qd * _widen(kt[s])
         for r in range(rows):
             sr = scores[r]
             top = sr[0]
@@ -139,7 +160,7 @@ def _cross(q, keys_t, values, scale, scores, out):
                 p = sr[s]
                 vs = values[h, s]
                 for d in range(dh):
-                    o[d] += p * vs[d]
+                    o[d] += p * _widen(vs[d])
             inverse = F32(1.0) / total
             for d in range(dh):
                 o[d] *= inverse
@@ -147,13 +168,19 @@ def _cross(q, keys_t, values, scale, scores, out):
 
 def cross_attention(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray) -> np.ndarray:
     """`whisper_net._cross_attention`'s contract: q [B, n, H, dh] over one window's cross
-    K^T [H, dh, S] and V [H, S, dh] -> [B, n, H * dh]."""
+    K^T [H, dh, S] and V [H, S, dh] -> [B, n, H * dh]. K^T and V may be float16 bits
+    (`half_cross`: half the bytes a step reads)."""
     b, n, heads, dh = q.shape
     rows = np.ascontiguousarray(q.reshape(b * n, heads, dh), dtype=np.float32)
     out = np.empty((b * n, heads * dh), np.float32)
     scores = np.empty((b * n, keys_t.shape[2]), np.float32)
     _cross(rows, keys_t, values, F32(1.0 / np.sqrt(dh)), scores, out)
     return out.reshape(b, n, heads * dh)
+
+
+def half_cross(keys_t: np.ndarray, values: np.ndarray) -> tuple:
+    """WhisperNet's `cross_layout`: a window's cross K^T / V kept as float16 bits."""
+    return as_half(keys_t), as_half(values)
 
 
 @njit(cache=True, nogil=True, fastmath=FAST, error_model="numpy")
@@ -179,5 +206,6 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["softmax_rows", "encoder_head", "cross_attention", "gelu", "exp_f32",
+__all__ = ["softmax_rows", "encoder_head", "cross_attention", "gelu", "exp_f32", "as_half",
+           "half_cross",
            "HEAD_ROWS"]

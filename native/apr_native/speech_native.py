@@ -22,13 +22,83 @@ product 1.6x slower than one (they wait on each other's time slices), coarse blo
 from __future__ import annotations
 
 import functools
+import itertools
+import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, List, Optional
+
+import numpy as np
 
 from . import blas_threads
 
 DECODER_BLAS_THREADS = 1
+# Pieces per thread of the encoder's row / output-row splits: more pieces than threads,
+# claimed by whichever thread is free, so a thread the OS deschedules on a loaded machine
+# leaves its share to the other instead of holding everyone at the end of the product.
+PIECES_PER_THREAD = 4
+
+
+class ClaimingMap:
+    """`map(fn, items)` -> [fn(item)...] in order, on the calling thread and `workers`
+    pool threads, each claiming the next unclaimed item: the caller never waits for a
+    thread that has not started (its items are taken), only for items being run."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="apr-whisper")
+
+    def __call__(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> List[Any]:
+        work = list(items)
+        n = len(work)
+        if n <= 1:
+            return [fn(item) for item in work]
+        results: List[Any] = [None] * n
+        errors: List[BaseException] = []
+        claim = itertools.count()             # next() on it is atomic under the GIL
+        finished = [0]
+        lock = threading.Lock()
+        all_done = threading.Event()
+
+        def run() -> None:
+            while True:
+                i = next(claim)
+                if i >= n:
+                    return
+                try:
+                    results[i] = fn(work[i])
+                except BaseException as error:   # noqa: B036 -- re-raised by the caller
+                    errors.append(error)
+                with lock:
+                    finished[0] += 1
+                    if finished[0] == n:
+                        all_done.set()
+        for _ in range(min(self.workers, n - 1)):
+            self.pool.submit(run)
+        run()
+        all_done.wait()
+        if errors:
+            raise errors[0]
+        return results
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(False)
+
+
+def split_heads(cross: Callable[..., np.ndarray], map_fn: Callable,
+                parts: int) -> Callable[..., np.ndarray]:
+    """`cross` (speech_kernels.cross_attention) over `parts` groups of heads through
+    `map_fn`: a decoder step's cross-attention reads ~18 MB of K/V, memory two cores
+    read faster than one."""
+    def split(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray) -> np.ndarray:
+        heads = q.shape[2]
+        edges = [heads * i // parts for i in range(parts + 1)]
+        spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+        pieces = map_fn(lambda span: cross(q[:, :, span[0]:span[1]],
+                                           keys_t[span[0]:span[1]], values[span[0]:span[1]]),
+                        spans)
+        return np.concatenate(pieces, axis=-1)
+    return split
 
 
 def load_native_whisper(path_or_source: Any, verify: bool = True,
@@ -47,14 +117,22 @@ def load_native_whisper(path_or_source: Any, verify: bool = True,
     net = model.net
     net.decoder_scope = functools.partial(blas_threads.limited, DECODER_BLAS_THREADS)
     net.encoder_scope = functools.partial(blas_threads.limited, 1)
-    net.parts = threads or backends.threads()
+    count = threads or backends.threads()
+    net.parts = count
     if fused:
         from . import speech_kernels
         net.attention_head = speech_kernels.encoder_head
         net.gelu = speech_kernels.gelu
         net.cross_attention = speech_kernels.cross_attention
-    if net.parts > 1:
-        pool = ThreadPoolExecutor(net.parts, thread_name_prefix="apr-whisper")
+        net.cross_layout = speech_kernels.half_cross
+    if count > 1 and fused:
+        claiming = ClaimingMap(count - 1)
+        net.map = claiming
+        net.parts = count * PIECES_PER_THREAD
+        net.cross_attention = split_heads(net.cross_attention, claiming, count)
+        weakref.finalize(model, claiming.shutdown)
+    elif count > 1:
+        pool = ThreadPoolExecutor(count, thread_name_prefix="apr-whisper")
         net.map = pool.map
         weakref.finalize(model, pool.shutdown, False)
     return model

@@ -93,6 +93,23 @@ def test_cross_attention_equals_float64_and_numpy(kernels, beams, tokens):
     np.testing.assert_allclose(got, whisper_net._cross_attention(q, keys_t, values), atol=1e-3)
 
 
+def test_cross_attention_reads_float16_keys_and_values(kernels):
+    """K^T / V held as float16 bits (`half_cross`) give the float32 kernel's result on the
+    float16-rounded K / V exactly as computed in float64, and stay near the float32 one."""
+    rng = np.random.default_rng(11)
+    heads, dh, frames = 8, 64, 1500
+    q = rng.standard_normal((5, 1, heads, dh)).astype(np.float32)
+    keys_t = (rng.standard_normal((heads, dh, frames)) * 2).astype(np.float32)
+    values = rng.standard_normal((heads, frames, dh)).astype(np.float32)
+    half_k, half_v = kernels.half_cross(keys_t, values)
+    assert half_k.dtype == np.uint16 and half_k.shape == keys_t.shape
+    got = kernels.cross_attention(q, half_k, half_v)
+    rounded = kernels.cross_attention(q, half_k.view(np.float16).astype(np.float32),
+                                      half_v.view(np.float16).astype(np.float32))
+    np.testing.assert_allclose(got, rounded, atol=1e-6)
+    np.testing.assert_allclose(got, kernels.cross_attention(q, keys_t, values), atol=5e-3)
+
+
 def test_gelu_equals_whisper_math(kernels):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((300, 2048)) * 4).astype(np.float32)
