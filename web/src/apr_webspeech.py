@@ -180,6 +180,16 @@ def _shell_kernels() -> Any:
     return shell["kernels"], _kernels["audio"], _kernels["widened"]
 
 
+def _widen_audio(model: Any, widened: Any) -> None:
+    """Widen the projections over a window's audio frames (the encoder's, each layer's
+    cross-attention k|v) into the kernels' memory now, at load, instead of during the first
+    transcription (dequantized in numpy, packed in panels: seconds in Pyodide)."""
+    from apr_core.speech.projections import over_audio
+    for stem, linear in model.net.linears.items():
+        if over_audio(stem):
+            widened.handles(linear.data, linear.dtype, linear.shape)
+
+
 def _load_model(path: str, mode: str) -> Any:
     """The Whisper model at `path` and the name of its kernels, for `mode`: "simd" (every
     projection -- encoder and decoder, cross-attention k|v, the logits over the token
@@ -202,6 +212,7 @@ def _load_model(path: str, mode: str) -> Any:
             model.net.gelu = _simd_gelu
             model.net.cross_attention = _kernels["cross"]
             model.net.stft_product = _kernels["stft"]
+            _widen_audio(model, widened)
             return model, "wasm-simd"
     return load_whisper(path), "numpy"
 
