@@ -15,9 +15,18 @@ F16 / F32 weights are float32 BLAS products (no backend has a block kernel for t
 Decoder steps run inside `blas_threads.limited(1)`: their BLAS products (attention, F16
 weights) are 1..5 rows, where a second OpenBLAS thread costs 40x more in waiting than it
 saves (see blas_threads). The encoder (and each window's cross-attention k|v) runs its
-1500 frames in `threads` row blocks / attention heads on a thread pool of that size, BLAS
-on one thread in each: on two loaded cores OpenBLAS's own two threads made a 1500-row
-product 1.6x slower than one (they wait on each other's time slices), coarse blocks do not.
+1500 frames in row / output-row pieces (`PIECES_PER_THREAD` a thread) and attention heads,
+claimed by whichever of `threads` threads is free, the caller included (`ClaimingMap`),
+BLAS on one thread in each: on two loaded cores OpenBLAS's own two threads made a 1500-row
+product 1.6x slower than one (they wait on each other's time slices), and a fixed half
+each waits for the slower thread; claimed pieces do not.
+
+`speech_kernels` (numba) replaces the numpy passes that were memory-bound: each encoder
+head's softmax in one pass over L2-sized row blocks, GELU in one vectorized loop, and the
+decoder's cross-attention in one call per layer over K^T / V held as float16 (half the
+~36 MB a step read as float32). The cross-attention stays on the calling thread on 2
+threads: split over heads through a second pool it was 1.3-3x slower (its thread waits
+for the core the numba pool's worker spins on between a step's matvecs).
 """
 from __future__ import annotations
 
@@ -27,8 +36,6 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, List, Optional
-
-import numpy as np
 
 from . import blas_threads
 
@@ -85,22 +92,6 @@ class ClaimingMap:
         self.pool.shutdown(False)
 
 
-def split_heads(cross: Callable[..., np.ndarray], map_fn: Callable,
-                parts: int) -> Callable[..., np.ndarray]:
-    """`cross` (speech_kernels.cross_attention) over `parts` groups of heads through
-    `map_fn`: a decoder step's cross-attention reads ~18 MB of K/V, memory two cores
-    read faster than one."""
-    def split(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray) -> np.ndarray:
-        heads = q.shape[2]
-        edges = [heads * i // parts for i in range(parts + 1)]
-        spans = [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
-        pieces = map_fn(lambda span: cross(q[:, :, span[0]:span[1]],
-                                           keys_t[span[0]:span[1]], values[span[0]:span[1]]),
-                        spans)
-        return np.concatenate(pieces, axis=-1)
-    return split
-
-
 def load_native_whisper(path_or_source: Any, verify: bool = True,
                         backend: Optional[str] = None, threads: Optional[int] = None,
                         fused: bool = True) -> Any:
@@ -129,7 +120,6 @@ def load_native_whisper(path_or_source: Any, verify: bool = True,
         claiming = ClaimingMap(count - 1)
         net.map = claiming
         net.parts = count * PIECES_PER_THREAD
-        net.cross_attention = split_heads(net.cross_attention, claiming, count)
         weakref.finalize(model, claiming.shutdown)
     elif count > 1:
         pool = ThreadPoolExecutor(count, thread_name_prefix="apr-whisper")

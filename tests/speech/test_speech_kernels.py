@@ -120,3 +120,29 @@ def test_gelu_equals_whisper_math(kernels):
     from math import erf
     exact = np.array([0.5 * v * (1 + erf(v / 2 ** 0.5)) for v in x[:2].reshape(-1).tolist()])
     np.testing.assert_allclose(got[:2].reshape(-1), exact, atol=2e-6, rtol=1e-6)
+
+
+def test_claiming_map_keeps_order_and_raises():
+    """speech_native.ClaimingMap: results in item order whoever ran them, errors re-raised
+    in the caller, and a map of one item or none runs on the caller alone."""
+    import threading
+    from apr_native.speech_native import ClaimingMap
+    claiming = ClaimingMap(1)
+    try:
+        seen = set()
+
+        def square(i):
+            seen.add(threading.get_ident())
+            return i * i
+        assert claiming(square, range(50)) == [i * i for i in range(50)]
+        assert claiming(square, []) == [] and claiming(square, [3]) == [9]
+
+        def fail(i):
+            if i == 7:
+                raise ValueError("seven")
+            return i
+        with pytest.raises(ValueError, match="seven"):
+            claiming(fail, range(20))
+        assert claiming(square, range(5)) == [0, 1, 4, 9, 16]      # still usable
+    finally:
+        claiming.shutdown()
