@@ -133,7 +133,7 @@ def test_attend_rows_replays_in_numpy(kernel, T, S, dh, threads):
     vp = memory.put(floats=Sp * -(-dh // 8) * 8)
     k["pack_cols"](memory.store, memory.put(v), S, dh, Sp, vp)
     qa, out = memory.put(q), memory.put(floats=T * dh)
-    scratch = memory.put(floats=threads * 4 * Sp)
+    scratch = memory.put(floats=threads * k["attend_scratch"](memory.store, Sp))
     _threads(lambda i, n: k["attend_rows"](memory.store, qa, kp, vp, out, scratch, T, S, Sp, dh,
                                            i, n), threads)
     got = memory.get(out, (T, dh))

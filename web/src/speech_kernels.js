@@ -42,12 +42,13 @@ export class SpeechKernels {
   }
 
   /** One head: q `[T, dh]` (already scaled), k and v `[S, dh]` -> out `[T, dh]`
-   * (attend_f32.c's attend_rows: scores, softmax and probs v per 4 query rows). */
+   * (attend_f32.c's attend_rows: scores, softmax and probs v per block of query rows). */
   attend(qAddress, kAddress, vAddress, T, S, dh, outAddress) {
     const Sp = up(S, PANEL);
     const threads = this.simd.threads;
     const [kRaw, vRaw, kp, vp, q, out, s] = this._scratch(
-      [S * dh, S * dh, Sp * dh, Sp * up(dh, PANEL), T * dh, T * dh, threads * 4 * Sp]);
+      [S * dh, S * dh, Sp * dh, Sp * up(dh, PANEL), T * dh, T * dh,
+       threads * this.simd.attendKernel.attend_scratch(Sp)]);
     this._kernel(kRaw, S * dh).set(this._heap(kAddress, S * dh));
     this._kernel(vRaw, S * dh).set(this._heap(vAddress, S * dh));
     this._kernel(q, T * dh).set(this._heap(qAddress, T * dh));
