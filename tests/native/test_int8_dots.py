@@ -16,7 +16,8 @@ from apr_core.quant.api import quantize                          # noqa: E402
 from apr_native import isa                                        # noqa: E402
 from apr_native.kernels import cpu, pool                         # noqa: E402
 from apr_native.kernels.blocks.block_rows import dot_rows        # noqa: E402
-from apr_native.kernels.blocks.block_table import BLOCKS, quantize_x8  # noqa: E402
+from apr_native.kernels.blocks.block_table import (BLOCKS, KRUN, QBLOCK,  # noqa: E402
+                                                   quantize_x8)
 
 import int8_replay                                               # noqa: E402
 
@@ -37,11 +38,13 @@ def _weight(name, seed):
     return data, x
 
 
-def test_int8_quantizer_equals_the_replay():
-    x = np.random.default_rng(1).standard_normal((1, 256)).astype(np.float32) * 3
+@pytest.mark.parametrize("run", [QBLOCK, KRUN])
+def test_int8_quantizer_equals_the_replay(run):
+    x = np.random.default_rng(1).standard_normal((1, 512)).astype(np.float32) * 3
     x[0, 32:64] = 0.0
-    xq, xd, xs = quantize_x8(x)
-    want = int8_replay.quantize8(x[0])
+    x[0, 256:] = 0.0                             # a silent K-quant block
+    xq, xd, xs = quantize_x8(x, run)
+    want = int8_replay.quantize8(x[0], run)
     assert np.array_equal(xq[0], want[0])
     assert np.abs(xq).max() <= 127
     assert np.array_equal(xd[0].view(np.uint32), want[1].view(np.uint32))
@@ -53,7 +56,7 @@ def test_int8_dots_equal_the_replay(name):
     data, x = _weight(name, seed=len(name) + ord(name[1]))
     kind, block, size = BLOCKS[name]
     nb = SHAPE[1] // block
-    xq, xd, xs = quantize_x8(x)
+    xq, xd, xs = quantize_x8(x, KRUN if name in int8_replay.KQUANTS else QBLOCK)
     y = np.empty((1, SHAPE[0]), np.float32)
     dot_rows(kind, data, 0, 0, SHAPE[0], nb, nb * size, xq, xd, xs, y, 0)
     want = int8_replay.matvec(name, data, SHAPE[0], x[0])

@@ -30,7 +30,7 @@ from numba import carray, njit
 from .. import isa
 from .vector import atomics
 from .vector.atomics import f32_at, i8_at, i16_at, i64_at
-from .blocks.block_table import QBLOCK, quantize_x, quantize_x8
+from .blocks.block_table import KRUN, QBLOCK, quantize_x, quantize_x8
 from .attention.paged_attention import run_described
 from .blocks.table_rows import (T_ADDRESS, T_BLOCKS, T_KIND, T_ROW_BYTES, T_ROWS,  # noqa: F401
                                 TABLE_COLUMNS, table_rows as _table_rows)
@@ -56,7 +56,8 @@ TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3,
 A_DESC = 15
 # Matvecs: activation slots of `token_rows.pair_layout` (0: one token, `quantize_x`'s layout).
 SLOTS = 29
-ACT8 = 30        # nonzero: one token's matvecs take int8 codes (`quantize_x8`, `isa.int8_dots`)
+ACT8 = 30        # nonzero: one token's matvecs take int8 codes (`quantize_x8`, `isa.int8_dots`;
+                 # one scale per 256 elements where the task reads a K-quant, `_act8_run`)
 TASK_WORDS = 32
 FARG_WORDS = 4
 TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
@@ -188,11 +189,22 @@ def _run_on(ctl, task, fargs, xq, xd, xs):
 
 
 @njit(cache=True)
+def _act8_run(task):
+    """Elements per int8 activation scale for the posted weights: `KRUN` where a weight is
+    a K-quant (kinds 5-7, whose byte dots need one scale per block), else QBLOCK."""
+    table = carray(i64_at(task[TABLE]), (task[WEIGHTS], TABLE_COLUMNS))
+    for g in range(table.shape[0]):
+        if table[g, T_KIND] >= 5:
+            return KRUN
+    return QBLOCK
+
+
+@njit(cache=True)
 def _run_matvec(ctl, task, fargs, x):
     """`_run` a matvec over `x [T, in]` quantized (`quantize_x`, or `pair_layout`)."""
     task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
     if x.shape[0] == 1 and task[ACT8]:
-        xq8, xd8, xs8 = quantize_x8(x)
+        xq8, xd8, xs8 = quantize_x8(x, _act8_run(task))
         task[SLOTS] = 0
         _run_on(ctl, task, fargs, xq8, xd8, xs8)
         return

@@ -4,7 +4,8 @@ row dequantized to float32, for each block type in `block_table.BLOCKS`.
 Row functions take the weight bytes `w` (flat uint8), the row's byte offset `o` and its
 block count `nb`. Activations come quantized by `block_table.quantize_activations`: codes
 `xq [T, n]` int16, scales `xd [T, n/32]` f32 and run sums `xs [T, n/32]` f32 (scale times
-code sum).
+code sum); or int8 codes (`quantize_x8`), one scale per 256 elements where they meet
+Q4_K/Q6_K rows, whose byte dots (`kquant_bytes`) read `xd` once per block.
 A block's integer dot runs in `block_ir` (K-quant blocks' scales are decoded as vectors by
 `kquant_scales`); here only the per-block scale arithmetic remains:
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..vector import block_ir, kquant_scales
+from ..vector import block_ir, kquant_bytes, kquant_scales
 from .block_table import Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, f16
 
 # Block bytes and the offsets of their fields (ggml-common.h; see apr_core.quant.kernels).
@@ -77,6 +78,21 @@ def _q6_run(w, ro, b, h, k, xq, t, xo, sc, acc):
                                  acc)
 
 
+# How far ahead of the block it reads the int8 K-quant dots ask for weight bytes. The
+# hardware prefetcher alone kept one thread's Q4_K dots at 7-7.7 GB/s out of DRAM (9-11
+# GB/s is this host's one-thread read rate); 1 KiB ahead 8.7-9.8, 2 KiB 8.6-11, 4 KiB
+# 7.9-10.3 (Q6_K: 6.1-7.2 -> 8.4-10.4 at 2 KiB; `dot_rows` on 230 MB of rows, load 4-9).
+PREFETCH_BYTES = 2048
+
+
+@njit(inline="always", cache=True)
+def _prefetch(w, p, size):
+    """Prefetch hints for the `size` bytes of a block `PREFETCH_BYTES` past `p`, a line
+    (64 bytes) at a time."""
+    for k in range(0, size, 64):
+        block_ir.prefetch(w, p + PREFETCH_BYTES + k)
+
+
 @njit(cache=True)
 def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
     """Rows `r0..r1-1` of a weight (block type `kind`, bytes from `o`) . every token's
@@ -126,11 +142,29 @@ def dot_rows(kind, w, o, r0, r1, nb, row_bytes, xq, xd, xs, y, col):
                     p = ro + b * 34
                     d = block_ir.load_f16x2(w, p)[0]
                     acc = block_ir.acc_q8_0(w, p + 2, xq, xo + b * 32, xd[t, b] * d, acc)
+            elif kind == 5 and block_ir.byte_codes(xq):        # Q4_K . int8 (KRUN scales)
+                mins8 = block_ir.zero8()
+                for b in range(nb):
+                    p = ro + b * Q4_K_BYTES
+                    _prefetch(w, p, Q4_K_BYTES)
+                    d, dmin = block_ir.load_f16x2(w, p)
+                    mins8 = block_ir.add8(mins8, kquant_scales.k4_mins8(
+                        w, p + 4, dmin, xs, t * xd.shape[1] + b * 8))
+                    acc = kquant_bytes.acc_q4_k_block(w, p, xq, xo + b * 256, d * xd[t, b * 8],
+                                                      acc)
+                mins = -block_ir.hsum8(mins8)
             elif kind == 5 or kind == 6:                       # Q4_K 144 B, Q5_K 176 B
                 mins8 = block_ir.zero8()
                 for b in range(nb):
                     acc, mins8 = _k4_block(kind, w, ro, b, xq, xd, xs, t, xo, sc, acc, mins8)
                 mins = -block_ir.hsum8(mins8)
+            elif block_ir.byte_codes(xq):                      # Q6_K . int8 (KRUN scales)
+                for b in range(nb):
+                    p = ro + b * Q6_K_BYTES
+                    _prefetch(w, p, Q6_K_BYTES)
+                    d = block_ir.load_f16x2(w, p + 206)[1]
+                    acc = kquant_bytes.acc_q6_k_block(w, p, xq, xo + b * 256, d * xd[t, b * 8],
+                                                      acc)
             else:                                              # Q6_K, 210 B
                 for b in range(nb):
                     p = ro + b * Q6_K_BYTES

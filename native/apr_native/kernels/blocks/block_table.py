@@ -45,39 +45,44 @@ XMAX = 32767.0
 # dot (pmaddubsw, 32 pairs per instruction) reads half the activation bytes of the int16
 # one (`isa.int8_dots`). |code| <= 127, so pmaddubsw's int16 pair sums never saturate.
 XMAX8 = 127.0
+# Int8 codes that meet K-quant rows share one scale per 256 elements (llama.cpp's Q8_K):
+# the Q4_K/Q6_K byte dots then scale a whole block's integer sum at once
+# (`vector.kquant_bytes`); legacy rows alone take a scale per 32 (its Q8_0).
+KRUN = 256
 
 
 @njit(cache=True)
 def quantize_activations(x, xq, xd, xs):
-    """`quantize_runs` with int16 codes (scale amax / 32767)."""
-    quantize_runs(x, xq, xd, xs, np.float32(XMAX))
+    """`quantize_runs` with int16 codes (scale amax / 32767, runs of 32)."""
+    quantize_runs(x, xq, xd, xs, np.float32(XMAX), QBLOCK)
 
 
 @njit(cache=True)
-def quantize_runs(x, xq, xd, xs, xmax):
-    """`x [T, n]` f32 -> int16 codes `xq [T, n]`, scales `xd [T, n/32]` f32 and run sums
-    `xs [T, n/32]` f32 (the scale times the sum of the run's codes: what a block's min or
-    offset term multiplies, computed once here instead of in every weight row), so that
-    x ~= xd * xq per run of 32 (scale amax / xmax, round half away from zero)."""
+def quantize_runs(x, xq, xd, xs, xmax, run):
+    """`x [T, n]` f32 -> codes `xq [T, n]`, scales `xd [T, n/32]` f32 and run sums
+    `xs [T, n/32]` f32 (the scale times the sum of the 32-element run's codes: what a
+    block's min or offset term multiplies, computed once here instead of in every weight
+    row), so that x ~= xd * xq: one scale amax / xmax per `run` elements (32, or `KRUN`),
+    written to each of its 32-element runs; round half away from zero."""
     t_count, n = x.shape
     for t in range(t_count):
-        for b in range(n // QBLOCK):
-            base = b * QBLOCK
+        for base in range(0, n, run):
             amax = np.float32(0.0)
-            for j in range(QBLOCK):
+            for j in range(run):
                 a = abs(x[t, base + j])
                 if a > amax:
                     amax = a
             d = amax / xmax
             inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
-            total = 0
-            for j in range(QBLOCK):
-                v = x[t, base + j] * inv
-                q = np.int32(v + np.float32(0.5)) if v >= 0 else -np.int32(np.float32(0.5) - v)
-                xq[t, base + j] = q
-                total += q
-            xd[t, b] = d
-            xs[t, b] = d * np.float32(total)
+            for b in range(base // QBLOCK, (base + run) // QBLOCK):
+                total = 0
+                for j in range(b * QBLOCK, b * QBLOCK + QBLOCK):
+                    v = x[t, j] * inv
+                    q = np.int32(v + np.float32(0.5)) if v >= 0 else -np.int32(np.float32(0.5) - v)
+                    xq[t, j] = q
+                    total += q
+                xd[t, b] = d
+                xs[t, b] = d * np.float32(total)
 
 
 @njit(cache=True)
@@ -94,11 +99,12 @@ def quantize_x(x):
 
 
 @njit(cache=True)
-def quantize_x8(x):
-    """`quantize_x` with int8 codes (scale amax / 127, `XMAX8`)."""
+def quantize_x8(x, run):
+    """`quantize_x` with int8 codes (scale amax / 127, `XMAX8`), one scale per `run`
+    elements: QBLOCK, or KRUN where the codes meet K-quant rows."""
     t_count, n = x.shape
     xq = np.empty((t_count, n), np.int8)
     xd = np.empty((t_count, n // QBLOCK), np.float32)
     xs = np.empty((t_count, n // QBLOCK), np.float32)
-    quantize_runs(x, xq, xd, xs, np.float32(XMAX8))
+    quantize_runs(x, xq, xd, xs, np.float32(XMAX8), run)
     return xq, xd, xs

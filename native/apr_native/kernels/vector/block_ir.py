@@ -109,6 +109,31 @@ def load_f16x2(typingctx, w, offset):
 
 
 @intrinsic
+def byte_codes(typingctx, xq):
+    """Whether the activation codes `xq` are int8 (the byte dots): a constant LLVM folds,
+    so the int8 and the int16 form of a kernel each keep only their own branch."""
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(1), int(signature.args[0].dtype == types.int8))
+    return types.boolean(xq), codegen
+
+
+@intrinsic
+def prefetch(typingctx, w, offset):
+    """Hint the cache line holding `w[offset]` into L1 (`llvm.prefetch`: never faults, so
+    an offset past the array's end is harmless)."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), I8.as_pointer())
+        name = "llvm.prefetch.p0i8"
+        fn = builder.module.globals.get(name) or ir.Function(
+            builder.module, ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32]),
+            name)
+        builder.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        return context.get_dummy_value()
+    return types.void(w, offset), codegen
+
+
+@intrinsic
 def add8(typingctx, a, b):
     """The lane-wise sum of two `f32x8`."""
     def codegen(context, builder, signature, args):

@@ -43,6 +43,14 @@ def _k4_codes(builder, raw):
     return sc, mn
 
 
+def _k4_min_terms(context, builder, sig, dmin, dmin_at, xs, xs_at, xo, mn):
+    """`(dmin mn_j) xs.flat[xo + j]` as `<8 x float>` (`dmin`, `xs` the arguments at
+    `dmin_at`, `xs_at` of the intrinsic's signature `sig`, `mn` the mins' `<8 x i8>`)."""
+    dmin = _splat(builder, context.cast(builder, dmin, sig.args[dmin_at], types.float32), 8)
+    xs = _load(builder, _ptr(context, builder, sig.args[xs_at], xs, xo), 8, F32)
+    return builder.fmul(builder.fmul(dmin, builder.uitofp(mn, _vec(F32, 8))), xs)
+
+
 @intrinsic
 def k4_scales8(typingctx, w, p, d, dmin, xd, xs, xo, out):
     """The 8 sub-block scales and mins of a Q4_K/Q5_K block, as vectors.
@@ -56,21 +64,26 @@ def k4_scales8(typingctx, w, p, d, dmin, xd, xs, xo, out):
         w, p, d, dmin, xd, xs, xo, out = args
         sc, mn = _k4_codes(builder, _load(builder, _ptr(context, builder, signature.args[0],
                                                         w, p), 16))
-
-        def floats(v):
-            return builder.uitofp(v, _vec(F32, 8))
-
-        def at(arg, offset):
-            return _load(builder, _ptr(context, builder, signature.args[arg], args[arg], offset),
-                         8, F32)
-
+        xd = _load(builder, _ptr(context, builder, signature.args[4], xd, xo), 8, F32)
         d = context.cast(builder, d, signature.args[2], types.float32)
-        dmin = context.cast(builder, dmin, signature.args[3], types.float32)
-        scales = builder.fmul(builder.fmul(_splat(builder, d, 8), floats(sc)), at(4, xo))
+        scales = builder.fmul(builder.fmul(_splat(builder, d, 8),
+                                           builder.uitofp(sc, _vec(F32, 8))), xd)
         o_ptr = _ptr(context, builder, signature.args[7], out, ir.Constant(I32, 0))
         builder.store(scales, builder.bitcast(o_ptr, _vec(F32, 8).as_pointer()), align=4)
-        return builder.fmul(builder.fmul(_splat(builder, dmin, 8), floats(mn)), at(5, xo))
+        return _k4_min_terms(context, builder, signature, dmin, 3, xs, 5, xo, mn)
     return f32x8(w, p, d, dmin, xd, xs, xo, out), codegen
+
+
+@intrinsic
+def k4_mins8(typingctx, w, p, dmin, xs, xo):
+    """`k4_scales8`'s returned min terms alone (the int8 dots apply the scales as
+    integers, `kquant_bytes`)."""
+    def codegen(context, builder, signature, args):
+        w, p, dmin, xs, xo = args
+        _, mn = _k4_codes(builder, _load(builder, _ptr(context, builder, signature.args[0],
+                                                       w, p), 16))
+        return _k4_min_terms(context, builder, signature, dmin, 2, xs, 3, xo, mn)
+    return f32x8(w, p, dmin, xs, xo), codegen
 
 
 @intrinsic

@@ -109,33 +109,44 @@ def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, args) -> ir.Value:
     return builder.call(fn, list(args))
 
 
-def _byte_pairs(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value, signed: bool) -> ir.Value:
-    """`<n x i8>` codes (n = 32 or 16; non-negative unless `signed`) times `<n x i8>`
-    activations (|x| <= 127) folded to `<8 x i32>`: for n = 32 lane j holds elements
-    4j..4j+3, for n = 16 elements 2j, 2j+1 (exact: |code| <= 128 keeps pmaddubsw's int16
-    pair sums below saturation). AVX2: psignb (signed codes) + pmaddubsw + pmaddwd by
-    ones (n = 32) or a sign extension (n = 16); elsewhere the same sums in generic IR."""
+def _byte_words(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value, signed: bool) -> ir.Value:
+    """`<n x i8>` codes (non-negative unless `signed`, |code| <= 128) times `<n x i8>`
+    activations (|x| <= 127), adjacent products summed: `<n/2 x i16>`, lane j = elements
+    2j, 2j + 1 (exact: the pair sums stay below pmaddubsw's saturation). AVX2: psignb
+    (signed codes' signs moved onto the activations) + pmaddubsw; elsewhere generic IR."""
     n = codes.type.count
     if _BYTE_DOTS:
-        sfx = "avx2" if n == 32 else "ssse3"
-        tail = "" if n == 32 else ".128"
+        sfx, tail = ("avx2", "") if n == 32 else ("ssse3", ".128")
         if signed:
             x = _x86(builder, "llvm.x86.{}.psign.b{}".format(sfx, tail), codes.type, [x, codes])
             codes = _x86(builder, "llvm.x86.{}.psign.b{}".format(sfx, tail), codes.type,
                          [codes, codes])
-        p16 = _x86(builder, "llvm.x86.{}.pmadd.ub.sw{}".format(sfx, tail), _vec(I16, n // 2),
-                   [codes, x])
-        if n == 32:
-            return _pmaddwd(builder, p16, _const(I16, [1] * 16))
-        return builder.sext(p16, _vec(I32, 8))
+        return _x86(builder, "llvm.x86.{}.pmadd.ub.sw{}".format(sfx, tail), _vec(I16, n // 2),
+                    [codes, x])
     ext = builder.sext if signed else builder.zext
     prod = builder.mul(ext(codes, _vec(I32, n)), builder.sext(x, _vec(I32, n)))
-    step = n // 8
-    total = None
-    for k in range(step):
-        part = builder.shuffle_vector(prod, prod, _const(I32, range(k, n, step)))
-        total = part if total is None else builder.add(total, part)
-    return total
+    pairs = builder.add(builder.shuffle_vector(prod, prod, _const(I32, range(0, n, 2))),
+                        builder.shuffle_vector(prod, prod, _const(I32, range(1, n, 2))))
+    return builder.trunc(pairs, _vec(I16, n // 2))
+
+
+def _madd_words(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    """`<16 x i16>` a * b, adjacent products summed: `<8 x i32>` (x86 pmaddwd where the
+    CPU has it, else the same sums in generic IR)."""
+    if _PMADDWD is not None:
+        return _pmaddwd(builder, a, b)
+    prod = builder.mul(builder.sext(a, _vec(I32, 16)), builder.sext(b, _vec(I32, 16)))
+    return builder.add(builder.shuffle_vector(prod, prod, _const(I32, range(0, 16, 2))),
+                       builder.shuffle_vector(prod, prod, _const(I32, range(1, 16, 2))))
+
+
+def _byte_pairs(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value, signed: bool) -> ir.Value:
+    """`_byte_words` folded to `<8 x i32>`: for n = 32 lane j holds elements 4j..4j+3
+    (pmaddwd by ones), for n = 16 elements 2j, 2j+1 (a sign extension)."""
+    words = _byte_words(builder, codes, x, signed)
+    if codes.type.count == 32:
+        return _madd_words(builder, words, _const(I16, [1] * 16))
+    return builder.sext(words, _vec(I32, 8))
 
 
 def _asm_ready() -> bool:
