@@ -20,6 +20,8 @@ thread pool of `speech_native`.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -180,6 +182,58 @@ def cross_attention(q: np.ndarray, keys_t: np.ndarray, values: np.ndarray) -> np
     return out.reshape(b, n, heads * dh)
 
 
+@njit(cache=True, nogil=True, fastmath=FAST, error_model="numpy")
+def _half_dots(w, x, y, start, stop):
+    """y[:, start:stop] = x @ w[start:stop]^T: `w [out, in]` float16 bits (uint16), `x [N,
+    in]`, `y [N, out]` float32. Each weight row is widened once for all N rows."""
+    for o in range(start, stop):
+        row = w[o]
+        for n in range(x.shape[0]):
+            xn = x[n]
+            total = F32(0.0)
+            for i in range(row.shape[0]):
+                total += _widen(row[i]) * xn[i]
+            y[n, o] = total
+
+
+class HalfLinear:
+    """A decoder projection over its float16 weight, read by `_half_dots` (F16 files: half
+    the bytes a step reads of the float32 copy numpy's BLAS would take). The interface
+    `WhisperNet` uses of `apr_core.model.weights.Linear`: `matmul(x [N, in]) -> [N, out]`
+    (bias added), `rows(ids)`, `shape`, `bias`. `map_fn` / `pieces`: weights of at least
+    `SPLIT_WEIGHTS` elements (the logits' embedding) are split into `pieces` row ranges
+    claimed by the threads (speech_native.ClaimingMap)."""
+
+    SPLIT_WEIGHTS = 1 << 22
+
+    def __init__(self, name: str, half: np.ndarray, bias: "np.ndarray | None" = None,
+                 map_fn: Any = None, pieces: int = 1) -> None:
+        self.name = name
+        self.half = np.ascontiguousarray(half).view(np.uint16)          # [out, in]
+        self.shape = self.half.shape
+        self.bias = bias
+        self.map_fn = map_fn
+        self.pieces = pieces if map_fn is not None and self.half.size >= self.SPLIT_WEIGHTS \
+            else 1
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, np.float32).reshape(-1, self.shape[1])
+        y = np.empty((x.shape[0], self.shape[0]), np.float32)
+        if self.pieces > 1:
+            out = self.shape[0]
+            edges = [out * i // self.pieces for i in range(self.pieces + 1)]
+            self.map_fn(lambda span: _half_dots(self.half, x, y, span[0], span[1]),
+                        list(zip(edges, edges[1:])))
+        else:
+            _half_dots(self.half, x, y, 0, self.shape[0])
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        return self.half[np.asarray(ids).reshape(-1)].view(np.float16).astype(np.float32)
+
+
 def half_cross(keys_t: np.ndarray, values: np.ndarray) -> tuple:
     """WhisperNet's `cross_layout`: a window's cross K^T / V kept as float16 bits."""
     return as_half(keys_t), as_half(values)
@@ -208,6 +262,6 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["softmax_rows", "encoder_head", "cross_attention", "gelu", "exp_f32", "as_half",
+__all__ = ["HalfLinear", "softmax_rows", "encoder_head", "cross_attention", "gelu", "exp_f32", "as_half",
            "half_cross",
            "HEAD_ROWS"]

@@ -11,7 +11,9 @@ is apr_core's numpy one, unchanged (the browser runs the same code). Its block-q
 projections (a file from `apr convert --quantize Q8_0 | Q5_0 | ...`), the logits product
 over the stored token embedding included, stay at their stored size and run on the
 kernels `backends.select` picks, as a text model's do (`apr_core.speech.projections`);
-F16 / F32 weights are float32 BLAS products (no backend has a block kernel for them).
+an F16 file's decoder projections and the logits' embedding are read as float16 by
+`speech_kernels.HalfLinear` (`half_decoder`; no float32 copy of them), while its encoder
+weights (1500-row products: float32 BLAS is their fastest) and F32 files stay float32.
 Decoder steps run inside `blas_threads.limited(1)`: their BLAS products (attention, F16
 weights) are 1..5 rows, where a second OpenBLAS thread costs 40x more in waiting than it
 saves (see blas_threads). The encoder (and each window's cross-attention k|v) runs its
@@ -36,6 +38,8 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, List, Optional
+
+import numpy as np
 
 from . import blas_threads
 
@@ -92,13 +96,46 @@ class ClaimingMap:
         self.pool.shutdown(False)
 
 
+# The decoder's projections (their stems): with the token embedding, what a step reads.
+DECODER_PROJECTIONS = ("attn.qkv", "attn.out", "cross_attn.query", "mlp.fc1", "mlp.fc2")
+
+
+def half_decoder(net: Any, map_fn: Optional[Callable], pieces: int) -> List[str]:
+    """Each decoder projection (and the tied token embedding) held as a float32 array whose
+    values are all float16 (an F16 file's) -> a `speech_kernels.HalfLinear` over those
+    float16 values, the float32 copy dropped: the step's products read half the bytes, and
+    lose nothing (the float16 values are the stored ones). -> the stems converted."""
+    from apr_core.speech.whisper_net import EMBEDDING
+
+    from .speech_kernels import HalfLinear
+    done = []
+    for name in sorted(net.w):
+        stem = name[:-len(".weight")]
+        if not (name.endswith(".weight") and stem not in net.linears and
+                (stem == EMBEDDING or (stem.startswith("decoder.") and
+                                       stem.endswith(DECODER_PROJECTIONS)))):
+            continue
+        weight = net.w[name]
+        if weight.ndim != 2 or weight.dtype != np.float32:
+            continue
+        half = weight.astype(np.float16)
+        if not np.array_equal(half.astype(np.float32), weight):
+            continue                            # an F32 file's weight: stays float32
+        net.linears[stem] = HalfLinear(stem, half, net.w.get(stem + ".bias"), map_fn, pieces)
+        del net.w[name]
+        done.append(stem)
+    return done
+
+
 def load_native_whisper(path_or_source: Any, verify: bool = True,
                         backend: Optional[str] = None, threads: Optional[int] = None,
                         fused: bool = True) -> Any:
     """A `WhisperModel` set up for native speed (see the module docstring). `backend`,
     `threads`: as `backends.select` takes them (None: $APR_BACKEND or the fastest, on
     the process's threads). `fused`: the encoder's attention heads, GELU and the decoder's
-    cross-attention on `speech_kernels` (False: apr_core's numpy, for comparisons)."""
+    cross-attention on `speech_kernels`, the threads claiming pieces (`ClaimingMap`) and an
+    F16 file's decoder read as float16 (`half_decoder`); False (or no numba): apr_core's
+    numpy with a plain thread pool, as before (for comparisons)."""
     from apr_core.speech.model import load_whisper
 
     from . import backends
@@ -111,7 +148,11 @@ def load_native_whisper(path_or_source: Any, verify: bool = True,
     count = threads or backends.threads()
     net.parts = count
     if fused:
-        from . import speech_kernels
+        try:
+            from . import speech_kernels
+        except ImportError:                     # no numba here: numpy's path
+            fused = False
+    if fused:
         net.attention_head = speech_kernels.encoder_head
         net.gelu = speech_kernels.gelu
         net.cross_attention = speech_kernels.cross_attention
@@ -121,6 +162,8 @@ def load_native_whisper(path_or_source: Any, verify: bool = True,
         net.map = claiming
         net.parts = count * PIECES_PER_THREAD
         weakref.finalize(model, claiming.shutdown)
+    if fused:
+        half_decoder(net, net.map if count > 1 else None, net.parts)
     elif count > 1:
         pool = ThreadPoolExecutor(count, thread_name_prefix="apr-whisper")
         net.map = pool.map
@@ -128,4 +171,5 @@ def load_native_whisper(path_or_source: Any, verify: bool = True,
     return model
 
 
-__all__ = ["load_native_whisper", "DECODER_BLAS_THREADS"]
+__all__ = ["load_native_whisper", "half_decoder", "ClaimingMap", "DECODER_BLAS_THREADS",
+           "PIECES_PER_THREAD"]

@@ -146,3 +146,52 @@ def test_claiming_map_keeps_order_and_raises():
         assert claiming(square, range(5)) == [0, 1, 4, 9, 16]      # still usable
     finally:
         claiming.shutdown()
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_half_linear_equals_float32_product(kernels, rows):
+    """HalfLinear (an F16 file's decoder projection read as float16) against numpy's float32
+    product of the same float16 values, split over a claiming map or not."""
+    from apr_native.speech_native import ClaimingMap
+    rng = np.random.default_rng(rows)
+    weight = (rng.standard_normal((4099, 512)) * 0.05).astype(np.float16)
+    bias = rng.standard_normal(4099).astype(np.float32)
+    x = rng.standard_normal((rows, 512)).astype(np.float32)
+    want = x.astype(np.float64) @ weight.astype(np.float64).T + bias
+    claiming = ClaimingMap(1)
+    try:
+        for linear in (kernels.HalfLinear("w", weight, bias),
+                       kernels.HalfLinear("w", weight, bias, claiming, 7)):
+            linear.SPLIT_WEIGHTS = 1             # split even this small weight
+            linear.pieces = 7 if linear.map_fn is not None else 1
+            got = linear.matmul(x)
+            assert got.shape == (rows, 4099) and got.dtype == np.float32
+            np.testing.assert_allclose(got, want, atol=2e-5)
+    finally:
+        claiming.shutdown()
+    rows_back = kernels.HalfLinear("w", weight).rows(np.array([[3, 0]]))
+    np.testing.assert_array_equal(rows_back, weight[[3, 0]].astype(np.float32))
+
+
+def test_half_decoder_takes_only_float16_valued_decoder_weights():
+    from types import SimpleNamespace
+    from apr_native.speech_native import half_decoder
+    rng = np.random.default_rng(2)
+    f16 = rng.standard_normal((8, 4)).astype(np.float16).astype(np.float32)
+    f32 = rng.standard_normal((8, 4)).astype(np.float32)        # not float16 values
+    net = SimpleNamespace(linears={}, w={
+        "decoder.blocks.0.mlp.fc1.weight": f16, "decoder.blocks.0.mlp.fc1.bias": f32[:, 0],
+        "decoder.blocks.0.mlp.fc2.weight": f32,
+        "decoder.token_embedding.weight": f16,
+        "decoder.positional_embedding": f16,
+        "encoder.blocks.0.mlp.fc1.weight": f16,
+        "decoder.blocks.0.cross_attn.kv.weight": f16})
+    done = half_decoder(net, None, 1)
+    assert done == ["decoder.blocks.0.mlp.fc1", "decoder.token_embedding"]
+    assert "decoder.blocks.0.mlp.fc1.weight" not in net.w
+    assert "decoder.blocks.0.mlp.fc2.weight" in net.w                # F32 values stay
+    assert "encoder.blocks.0.mlp.fc1.weight" in net.w                # BLAS over 1500 rows
+    assert "decoder.blocks.0.cross_attn.kv.weight" in net.w
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(net.linears["decoder.blocks.0.mlp.fc1"].matmul(x),
+                               x @ f16.T + f32[:, 0], atol=1e-5)

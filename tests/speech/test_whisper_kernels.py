@@ -2,7 +2,8 @@
 `apr convert --quantize Q8_0 / Q5_0` write keep their projections, the logits' token
 embedding included, at their stored size as Linears on the backend, and transcribe
 word-equal to faster-whisper (the oracle, on the CTranslate2 directory the APR file was
-imported from); one and two kernel threads give the same tokens."""
+imported from); one and two kernel threads give the same tokens. The F16 file itself natively
+(decoder weights read as float16) too."""
 from __future__ import annotations
 
 import pytest
@@ -20,7 +21,7 @@ def files(whisper_base_dir, tmp_path_factory):
     from apr_native.cli.main import main
     folder = tmp_path_factory.mktemp("whisper_kernels")
     source = whisper_apr(whisper_base_dir, folder)
-    out = {}
+    out = {"F16": source}
     for quant in QUANTS:
         out[quant] = str(folder / "whisper-{}.apr".format(quant.lower()))
         assert main(["convert", source, "--quantize", quant, "-o", out[quant], "--json"]) == 0
@@ -72,3 +73,18 @@ def test_one_and_two_threads_give_the_same_tokens(files, audio):
     results = [_run(files, audio, "Q8_0", threads)[1] for threads in (1, 2)]
     assert [s["tokens"] for s in results[0]["segments"]] == \
         [s["tokens"] for s in results[1]["segments"]]
+
+
+def test_f16_file_natively_reads_float16_and_equals_faster_whisper(files, theirs, audio):
+    """The F16 file natively: its decoder projections and the logits' embedding read as
+    float16 by speech_kernels.HalfLinear (no float32 copy), word-equal to faster-whisper,
+    the same tokens on 1 and 2 threads."""
+    from apr_native.speech_kernels import HalfLinear
+    results = [_run(files, audio, "F16", threads) for threads in (1, 2)]
+    net = results[1][0].net
+    assert isinstance(net.linears["decoder.token_embedding"], HalfLinear)
+    assert "decoder.token_embedding.weight" not in net.w
+    assert "decoder.blocks.0.mlp.fc1.weight" not in net.w
+    assert words(results[1][1]["text"]) == words(theirs)
+    assert [s["tokens"] for s in results[0][1]["segments"]] == \
+        [s["tokens"] for s in results[1][1]["segments"]]
