@@ -6,11 +6,10 @@ Why not numba's OpenMP regions, and how workers wait and claim chunks: kernels/R
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
 (int8 for one token where `ACT8` is set; `blocks.table_rows`: `block_rows.dot_rows` for one
 token, `token_rows.dot_token_rows` for several; one weight, or several sharing an input,
-their rows concatenated in `y`); TASK_GLU, gate and up rows
-and SiLU(gate) * up over the same row range;
-TASK_PRODUCTS, rows dequantized and multiplied with many tokens' float activations
-(prefill, `block_rows.rows_times_tokens`); TASK_ATTENTION, the items (KV head, query
-tile, key range) of blocked attention over the KV cache (`paged_attention`).
+their rows concatenated in `y`); TASK_GLU, gate and up rows and SiLU(gate) * up over the
+same row range; TASK_PRODUCTS, rows dequantized and multiplied with many tokens' float
+activations (prefill, `block_rows.rows_times_tokens`); TASK_ATTENTION, the items (KV
+head, query tile, key range) of blocked attention over the KV cache (`paged_attention`).
 
 Measured (SmolLM2-135M Q4_1, 2 threads): decode 47 -> 74-95 tok/s against OpenMP (busy
 neighbours: 50 against 27); 32-token prefill 214 -> 354 tok/s.
@@ -30,7 +29,7 @@ from numba import carray, njit
 from .. import isa
 from .vector import atomics
 from .vector.atomics import f32_at, i8_at, i16_at, i64_at
-from .blocks.block_table import KRUN, QBLOCK, quantize_x, quantize_x8
+from .blocks.block_table import FIRST_K, KRUN, QBLOCK, quantize_x, quantize_x8
 from .attention.paged_attention import run_described
 from .blocks.table_rows import (T_ADDRESS, T_BLOCKS, T_KIND, T_ROW_BYTES, T_ROWS,  # noqa: F401
                                 TABLE_COLUMNS, table_rows as _table_rows)
@@ -56,8 +55,7 @@ TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3,
 A_DESC = 15
 # Matvecs: activation slots of `token_rows.pair_layout` (0: one token, `quantize_x`'s layout).
 SLOTS = 29
-ACT8 = 30        # nonzero: one token's matvecs take int8 codes (`quantize_x8`, `isa.int8_dots`;
-                 # one scale per 256 elements where the task reads a K-quant, `_act8_run`)
+ACT8 = 30        # nonzero: one token's matvecs take int8 codes (`quantize_x8`, `_act8_run`)
 TASK_WORDS = 32
 FARG_WORDS = 4
 TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
@@ -190,11 +188,10 @@ def _run_on(ctl, task, fargs, xq, xd, xs):
 
 @njit(cache=True)
 def _act8_run(task):
-    """Elements per int8 activation scale for the posted weights: `KRUN` where a weight is
-    a K-quant (kinds 5-7, whose byte dots need one scale per block), else QBLOCK."""
+    """Elements per int8 activation scale: KRUN if a posted weight is a K-quant, else QBLOCK."""
     table = carray(i64_at(task[TABLE]), (task[WEIGHTS], TABLE_COLUMNS))
     for g in range(table.shape[0]):
-        if table[g, T_KIND] >= 5:
+        if table[g, T_KIND] >= FIRST_K:
             return KRUN
     return QBLOCK
 

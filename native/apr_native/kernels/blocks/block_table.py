@@ -16,6 +16,7 @@ from ..vector.block_ir import load_f16
 
 # The block types these kernels implement, in kind-code order (the code is the index).
 KINDS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+FIRST_K = KINDS.index("Q4_K")       # kinds from here on are K-quants (256-element blocks)
 # dtype name -> (kind code, elements per block, bytes per block), from apr_core.dtypes.
 BLOCKS = {name: (kind, dtypes.BY_NAME[name].block_size, dtypes.BY_NAME[name].type_size)
           for kind, name in enumerate(KINDS)}
