@@ -141,7 +141,7 @@ def test_chromium_float32_kernel_by_address(kernel_page, smollm2_path, tokens):
     assert (np.abs(got - x.astype(np.float64) @ w.T) <= bound).all()
 
 
-# output -> allowed max |diff| in units of U * scale (see apr_webkernel.fused_check), from
+# output -> allowed max |diff| in units of U * scale (see apr_webrun.fused_check), from
 # the arithmetic of each pair: exact float32 steps where both round alike; sums of squares
 # in float64 vs numpy's float32 pairwise mean (log2 576 + a few roundings); attention's
 # float32 V sums over 20 keys in numpy vs float64 here; SiLU in float64 vs float32 exp;
@@ -156,6 +156,9 @@ for _suffix in ("", "_f16"):
                        "rope_v_neox" + _suffix: 0, "rope_q_gptj" + _suffix: 0,
                        "rope_k_gptj" + _suffix: 0, "rope_v_gptj" + _suffix: 0,
                        "attention_w0" + _suffix: 24, "attention_w5" + _suffix: 24})
+# the whole layer in one call runs the same steps as the kind-by-kind layer: equal bit for bit
+for _tag in ("layer_f32_T1", "layer_f32_T3", "layer_f16_T1", "layer_f16_T3"):
+    FUSED_ULPS.update({_tag: 0, _tag + "_k": 0, _tag + "_v": 0})
 
 
 @pytest.mark.real_model
@@ -166,6 +169,8 @@ def test_chromium_fused_kinds_match_numpy_references(kernel_page, seed):
     got = kernel_page.call("(s) => apr.call('kernelCheck', 'fused_check', s)", seed)
     # this Chromium has Float16Array: the f16 caches ran on the shell, not numpy's path
     assert got.pop("half_caches") is True
+    # the layers ran as one shell call each (kernels/fused.js decoderLayer)
+    assert got.pop("layer_in_shell") is True
     assert sorted(got) == sorted(FUSED_ULPS)
     for name, (diff, scale) in got.items():
         assert scale > 0, name

@@ -100,11 +100,13 @@ class WasmMatmul(GroupedMatmul):
         self._handles: Dict[int, Tuple[Any, List[int]]] = {}  # id(data) -> (weakref, entry)
         # ids of the weights run together -> (plan id, rows of each, weakrefs to their data)
         self._plans: Dict[Tuple[int, ...], Tuple[int, List[int], List[Any]]] = {}
+        self.layers: Dict[int, Tuple[Any, Any]] = {}  # id(block) -> (weakref, layer id | None)
 
     def forget(self) -> None:
         """Drop every handle and plan (the kernels' memory was reset)."""
         self._handles.clear()
         self._plans.clear()
+        self.layers.clear()
 
     def handles(self, data: Any, dtype: Any, shape: Tuple[int, int]) -> List[int]:
         """`[kind, handle, rows]` of a weight, uploaded on first use."""
@@ -261,6 +263,84 @@ class WasmFused:
         self._kernel.runGlu(plan, x.shape[1], x.shape[0], _address(x), _address(out), act)
         return out
 
+    def decoder_block(self, model: Any, block: Any, x: Any, positions: Any, cache: Any,
+                      tables: Any) -> Any:
+        """The whole layer `[T, d] -> [T, d]` in one call (kernels/fused.js decoderLayer)
+        where the shell has every part of it (`_layer_plan`), else `model.run_block`."""
+        import numpy as np
+        from apr_core.model.kv_cache import KVCache
+        entry = self._matmul.layers.get(id(block))
+        if entry is None or entry[0]() is not block:
+            entry = self._matmul.layers[id(block)] = (weakref.ref(block),
+                                                      self._layer_plan(model, block))
+        layer = entry[1]
+        if layer is None or type(cache) is not KVCache or x.ndim != 2:
+            return model.run_block(block, x, positions, cache, tables)
+        k_cache, v_cache = cache.layer(block.index)
+        rope = layer[1]
+        cos, sin = tables[rope] if rope is not None else (None, None)   # [T, rot/2] each
+        if (not self._in_place(k_cache, v_cache) or k_cache.shape[-1] != model.config.head_dim
+                or (cos is not None and (cos.dtype != np.float32 or sin.dtype != np.float32))):
+            return model.run_block(block, x, positions, cache, tables)
+        x = np.ascontiguousarray(x, np.float32)                          # [T, d]
+        out = np.empty_like(x)
+        positions = np.ascontiguousarray(positions, np.int64)            # [T]
+        if cos is not None:
+            cos, sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
+        tables_at = (0, 0) if cos is None else (_address(cos), _address(sin))
+        self._kernel.layer(layer[0], x.shape[0], _address(x), _address(out), tables_at[0],
+                           tables_at[1], _address(k_cache), _address(v_cache), k_cache.shape[1],
+                           cache.length, _address(positions), k_cache.dtype == np.float16)
+        return out
+
+    def _layer_plan(self, model: Any, block: Any) -> Any:
+        """`(layer id, rope kind | None)` of a layer decoderLayer runs as run_block would: pre-
+        norm RMSNorms, separate q/k/v, a SiLU / GELU-tanh gate without biases, every weight
+        on these kernels; else None (the layer runs kind by kind)."""
+        import numpy as np
+        cfg, lin, norms = model.config, block.linears, block.norms
+        names = ("q", "k", "v", "o", "gate", "up", "down")
+        linears = [lin.get(name) for name in names]
+        pre = [norms.get("attn_norm"), norms.get("ffn_norm")]
+        if (getattr(self._kernel, "layer", None) is None or cfg.act not in GATES
+                or lin.get("qkv") is not None or any(l is None for l in linears)
+                or block.q_norm is not None or block.k_norm is not None
+                or norms.get("post_attn_norm") is not None
+                or norms.get("post_ffn_norm") is not None
+                or any(n is None or n.kind != "rms" or n.bias is not None for n in pre)):
+            return None
+        q, k, v, o, gate, up, down = linears
+        shapes = [(cfg.q_dim, cfg.d_model), (cfg.kv_dim, cfg.d_model), (cfg.kv_dim, cfg.d_model),
+                  (cfg.d_model, cfg.q_dim), up.shape, up.shape, (cfg.d_model, up.shape[0])]
+        if (any(l.weight is not None or l.kernels.backend != BACKEND or l.shape != shape
+                or not self._matmul.usable(l.dtype, l.shape) for l, shape in zip(linears, shapes))
+                or gate.bias is not None or up.bias is not None
+                or up.shape[1] != cfg.d_model or cfg.n_heads % cfg.n_kv_heads):
+            return None
+        kind = "sliding" if block.sliding else "full"
+        rope = model.ropes.get(kind)
+        plan = self._matmul._plan
+        held = []   # the float32 copies, alive until the shell has copied them
+
+        def upload(a: Any) -> int:
+            if a is None:
+                return 0
+            held.append(np.ascontiguousarray(a, np.float32))
+            return int(self._kernel.upload(_address(held[-1]), held[-1].nbytes))
+        layer = {"qkv": plan([(l.data, l.dtype, l.shape) for l in (q, k, v)])[0],
+                 "o": plan([(o.data, o.dtype, o.shape)])[0],
+                 "glu": plan([(gate.data, gate.dtype, gate.shape), (up.data, up.dtype, up.shape)])[0],
+                 "down": plan([(down.data, down.dtype, down.shape)])[0],
+                 "d": cfg.d_model, "H": cfg.n_heads, "nKv": cfg.n_kv_heads, "hd": cfg.head_dim,
+                 "ff": up.shape[0], "rot": 0 if rope is None else int(rope.dim),
+                 "neox": rope is not None and rope.style == "neox", "act": cfg.act,
+                 "attnNorm": upload(pre[0].weight), "ffnNorm": upload(pre[1].weight),
+                 "eps": [float(pre[0].eps), float(pre[1].eps)],
+                 "bias": [upload(l.bias) for l in (q, k, v, o, down)],
+                 "scale": float(model.attn_scale),
+                 "window": int((cfg.sliding_window if block.sliding else None) or 0)}
+        return int(self._kernel.layerPlan(json.dumps(layer))), (None if rope is None else kind)
+
 
 def register_simd_matmul(quantized: bool = True) -> bool:
     """Register the SIMD kernels as backend "wasm-simd" (when the worker created them) and
@@ -298,85 +378,5 @@ def _register_fused(fused: WasmFused) -> None:
             registry.register(kind, "*", backend=BACKEND)(method)
 
 
-def kernel_check(name: str, x_b64: str, quantized: bool = True) -> str:
-    """Run the loaded model's projection `name` on `x` (base64 float32 `[T, in]`) with the
-    shell's kernels, for wasm_tests/test_quant_kernel.py: JSON `{"kind", "y"}` with `y`
-    base64 float32 `[T, out]`. `quantized=False` runs it through the float32 kernel
-    instead (uploading a float32 copy of that one weight)."""
-    import base64
-    import numpy as np
-    import js  # type: ignore[import-not-found]
-    from apr_websource import _state
-    transformer = _state["model"].transformer
-    linears = [transformer.embedding, transformer.lm_head] + [
-        lin for block in transformer.blocks for lin in block.linears.values()]
-    lin = [lin for lin in linears if lin is not None and lin.name == name][0]
-    kernel = transformer.kernels.lookup("matmul", lin.dtype.name)
-    if not quantized:
-        kernel = WasmMatmul(js.aprSimd, quantized=False)
-    x = np.frombuffer(base64.b64decode(x_b64), "<f4").reshape(-1, lin.shape[1])  # [T, in]
-    y = kernel(lin.data, lin.dtype, lin.shape, x, 0)                               # [T, out]
-    kind = kernel.handles(lin.data, lin.dtype, lin.shape)[0]
-    return json.dumps({"kind": kind, "y": base64.b64encode(
-        np.ascontiguousarray(y, "<f4").tobytes()).decode("ascii")})
-
-
-def fused_check(seed: int) -> str:
-    """The shell's fused kinds against apr_core's numpy references on the same random
-    decode-step inputs (SmolLM2's shapes: d 576, 9 query / 3 KV heads of 64, a 20-key
-    cache), for wasm_tests/test_quant_kernel.py: JSON `{output: [max |diff|, scale]}` with
-    scale = max |ref| (max |V| for attention, whose error scales with the values summed)."""
-    import numpy as np
-    from apr_websource import _state
-    from apr_core.model import fused as reference
-    kernels = _state["model"].transformer.kernels
-    mine = {kind: kernels.fused(kind) for kind in reference.KINDS}
-    rng = np.random.RandomState(seed)
-    normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
-    x, a, w = normal(2, 576), normal(2, 576), normal(576)
-    q, k, v = normal(2, 9, 64), normal(2, 3, 64), normal(2, 3, 64)
-    cos, sin = normal(2, 32), normal(2, 32)
-    caches = [normal(3, 32, 64), normal(3, 32, 64)]
-    pos = np.array([18, 19])
-    block = _state["model"].transformer.blocks[seed % 30].linears
-    out: Dict[str, Any] = {}
-
-    def compare(name: str, got: Any, want: Any, scale: Any = None) -> None:
-        out[name] = [float(np.abs(got - want).max()),
-                     float(np.abs(want if scale is None else scale).max())]
-
-    for added in (a, None):
-        (s1, h1), (s2, h2) = (fn(x, added, w, 1e-5) for fn in
-                              (mine["rms_norm_add"], reference.rms_norm_add))
-        compare("norm_s" if added is not None else "norm_s_none", s1, s2)
-        compare("norm_h" if added is not None else "norm_h_none", h1, h2)
-    heads = x[:, :x.shape[1] // 64 * 64].reshape(x.shape[0], -1, 64)    # [T, heads, 64]
-    compare("norm_heads", mine["rms_norm"](heads, w[:64], 1e-6),
-            reference.KINDS["rms_norm"](heads, w[:64], 1e-6))
-    # float32 caches, and float16 ones (the f16 KV type: "_f16"), which the shell stores
-    # and reads in place where the browser has Float16Array (`half_caches` says whether)
-    for storage, suffix in ((np.float32, ""), (np.float16, "_f16")):
-        typed = [c.astype(storage) for c in caches]
-        for neox in (True, False):
-            ours, theirs = [c.copy() for c in typed], [c.copy() for c in typed]
-            q1 = mine["rope_store"](q, k, v, cos, sin, 64, neox, ours[0], ours[1], 18)
-            q2 = reference.rope_store(q, k, v, cos, sin, 64, neox, theirs[0], theirs[1], 18)
-            tag = ("neox" if neox else "gptj") + suffix
-            compare("rope_q_" + tag, q1, q2)
-            compare("rope_k_" + tag, ours[0].astype(np.float32), theirs[0].astype(np.float32))
-            compare("rope_v_" + tag, ours[1].astype(np.float32), theirs[1].astype(np.float32))
-        for window in (0, 5):
-            compare("attention_w{}{}".format(window, suffix),
-                    mine["attention"](q, typed[0], typed[1], 20, pos, 0.125, window),
-                    reference.cached_attention(q, typed[0], typed[1], 20, pos, 0.125, window),
-                    typed[1][:, :20].astype(np.float32))
-    out["half_caches"] = mine["attention"].__self__._cache_dtypes[-1] == "float16"
-    for act in GATES:
-        compare("glu" if act == "silu" else "glu_" + act,
-                mine["matmul_glu"](block["gate"], block["up"], x, act),
-                reference.matmul_glu(block["gate"], block["up"], x, act))
-    return json.dumps(out)
-
-
 __all__ = ["WasmMatmul", "WasmFused", "register_simd_matmul", "QUANTIZED", "KIND_PANELS", "BACKEND",
-           "kernel_check", "fused_check"]
+           "GATES"]

@@ -257,4 +257,109 @@ def dequant_digests() -> str:
         return _error(exc)
 
 
-__all__ = ["load", "chat", "logits", "greedy", "profile_decode", "dequant_digests"]
+def kernel_check(name: str, x_b64: str, quantized: bool = True) -> str:
+    """Run the loaded model's projection `name` on `x` (base64 float32 `[T, in]`) with the
+    shell's kernels, for wasm_tests/test_quant_kernel.py: JSON `{"kind", "y"}` with `y`
+    base64 float32 `[T, out]`. `quantized=False` runs it through the float32 kernel
+    instead (uploading a float32 copy of that one weight)."""
+    import base64
+    import numpy as np
+    from apr_webkernel import WasmMatmul
+    transformer = _state["model"].transformer
+    linears = [transformer.embedding, transformer.lm_head] + [
+        lin for block in transformer.blocks for lin in block.linears.values()]
+    lin = [lin for lin in linears if lin is not None and lin.name == name][0]
+    kernel = transformer.kernels.lookup("matmul", lin.dtype.name)
+    if not quantized:
+        kernel = WasmMatmul(js.aprSimd, quantized=False)
+    x = np.frombuffer(base64.b64decode(x_b64), "<f4").reshape(-1, lin.shape[1])  # [T, in]
+    y = kernel(lin.data, lin.dtype, lin.shape, x, 0)                               # [T, out]
+    kind = kernel.handles(lin.data, lin.dtype, lin.shape)[0]
+    return json.dumps({"kind": kind, "y": base64.b64encode(
+        np.ascontiguousarray(y, "<f4").tobytes()).decode("ascii")})
+
+
+def fused_check(seed: int) -> str:
+    """The shell's fused kinds against apr_core's numpy references on the same random
+    decode-step inputs (SmolLM2's shapes: d 576, 9 query / 3 KV heads of 64, a 20-key
+    cache), for wasm_tests/test_quant_kernel.py: JSON `{output: [max |diff|, scale]}` with
+    scale = max |ref| (max |V| for attention, whose error scales with the values summed)."""
+    import numpy as np
+    from apr_webkernel import GATES
+    from apr_core.model import fused as reference
+    kernels = _state["model"].transformer.kernels
+    mine = {kind: kernels.fused(kind) for kind in reference.KINDS}
+    rng = np.random.RandomState(seed)
+    normal = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    x, a, w = normal(2, 576), normal(2, 576), normal(576)
+    q, k, v = normal(2, 9, 64), normal(2, 3, 64), normal(2, 3, 64)
+    cos, sin = normal(2, 32), normal(2, 32)
+    caches = [normal(3, 32, 64), normal(3, 32, 64)]
+    pos = np.array([18, 19])
+    block = _state["model"].transformer.blocks[seed % 30].linears
+    out: Dict[str, Any] = {}
+
+    def compare(name: str, got: Any, want: Any, scale: Any = None) -> None:
+        out[name] = [float(np.abs(got - want).max()),
+                     float(np.abs(want if scale is None else scale).max())]
+
+    for added in (a, None):
+        (s1, h1), (s2, h2) = (fn(x, added, w, 1e-5) for fn in
+                              (mine["rms_norm_add"], reference.rms_norm_add))
+        compare("norm_s" if added is not None else "norm_s_none", s1, s2)
+        compare("norm_h" if added is not None else "norm_h_none", h1, h2)
+    heads = x[:, :x.shape[1] // 64 * 64].reshape(x.shape[0], -1, 64)    # [T, heads, 64]
+    compare("norm_heads", mine["rms_norm"](heads, w[:64], 1e-6),
+            reference.KINDS["rms_norm"](heads, w[:64], 1e-6))
+    # float32 caches, and float16 ones (the f16 KV type: "_f16"), which the shell stores
+    # and reads in place where the browser has Float16Array (`half_caches` says whether)
+    for storage, suffix in ((np.float32, ""), (np.float16, "_f16")):
+        typed = [c.astype(storage) for c in caches]
+        for neox in (True, False):
+            ours, theirs = [c.copy() for c in typed], [c.copy() for c in typed]
+            q1 = mine["rope_store"](q, k, v, cos, sin, 64, neox, ours[0], ours[1], 18)
+            q2 = reference.rope_store(q, k, v, cos, sin, 64, neox, theirs[0], theirs[1], 18)
+            tag = ("neox" if neox else "gptj") + suffix
+            compare("rope_q_" + tag, q1, q2)
+            compare("rope_k_" + tag, ours[0].astype(np.float32), theirs[0].astype(np.float32))
+            compare("rope_v_" + tag, ours[1].astype(np.float32), theirs[1].astype(np.float32))
+        for window in (0, 5):
+            compare("attention_w{}{}".format(window, suffix),
+                    mine["attention"](q, typed[0], typed[1], 20, pos, 0.125, window),
+                    reference.cached_attention(q, typed[0], typed[1], 20, pos, 0.125, window),
+                    typed[1][:, :20].astype(np.float32))
+    out["half_caches"] = mine["attention"].__self__._cache_dtypes[-1] == "float16"
+    for act in GATES:
+        compare("glu" if act == "silu" else "glu_" + act,
+                mine["matmul_glu"](block["gate"], block["up"], x, act),
+                reference.matmul_glu(block["gate"], block["up"], x, act))
+    # a whole layer in one call (kind "decoder_block") against the layer kind by kind
+    # (run_block), on the model's own weights: outputs and caches, a decode step and a
+    # 3-token step after 18 cached positions
+    model = _state["model"].transformer
+    layer = model.blocks[seed % len(model.blocks)]
+    for kv_type in ("f32", "f16"):
+        for steps in (1, 3):
+            caches = [model.new_cache(32, kv_type) for _ in range(2)]
+            for cache in caches:
+                for at in (cache.k[layer.index], cache.v[layer.index]):
+                    at[:, :18] = np.random.RandomState(seed).standard_normal(
+                        at[:, :18].shape).astype(at.dtype)
+                cache.length = 18
+            positions = caches[0].positions(steps)                       # [T]
+            tables = {kind: rope.tables(positions) for kind, rope in model.ropes.items()}
+            xs = normal(steps, model.config.d_model)
+            got = mine["decoder_block"](model, layer, xs, positions, caches[0], tables)
+            want = model.run_block(layer, xs, positions, caches[1], tables)
+            tag = "layer_{}_T{}".format(kv_type, steps)
+            compare(tag, got, want)
+            for name in ("k", "v"):
+                compare(tag + "_" + name, getattr(caches[0], name)[layer.index].astype(np.float32),
+                        getattr(caches[1], name)[layer.index].astype(np.float32))
+    # the layer ran as one shell call (a plan), not run_block's fallback
+    out["layer_in_shell"] = mine["decoder_block"].__self__._matmul.layers[id(layer)][1] is not None
+    return json.dumps(out)
+
+
+__all__ = ["load", "chat", "logits", "greedy", "profile_decode", "dequant_digests",
+           "kernel_check", "fused_check"]

@@ -22,7 +22,7 @@ import * as f32Source from "./kernels/matmul_f32.wasm.js";
 import * as blockSource from "./kernels/matmul_k.wasm.js";
 import * as relaxedSource from "./kernels/matmul_r.wasm.js";
 import * as attendSource from "./kernels/attend_f32.wasm.js";
-import { attention, GATES, HALF_CACHES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
+import { attention, decoderLayer, GATES, HALF_CACHES, rmsNormAdd, ropeStore } from "./kernels/fused.js";
 import { CALLS, f32Share, JOB, KIND_PANELS, rowShare } from "./kernel_jobs.js";
 
 const PAGE = 65536;
@@ -100,6 +100,8 @@ export class SimdMatmul {
       this.blocks = blocks.exports.matmul_k;
     }
     this.plans = [];
+    this.layers = [];
+    this.layerScratch = { at: 0, size: 0 };
     this.top = PAGE;          // bump allocator; page 0 stays unused (the C kernels' stack)
     this.scratch = { at: 0, size: 0 };
   }
@@ -262,10 +264,9 @@ export class SimdMatmul {
     return this.plans.length - 1;
   }
 
-  /** Run a plan on `x [T, cols]` float32 at `xAddress` in the Python heap; returns where
-   * the outputs `[T, rows_0]`, `[T, rows_1]`, ... lie in kernel memory. */
-  _compute(planId, cols, T, xAddress) {
-    const { list, total, quantized } = this.plans[planId];
+  /** Where a plan's scratch lies for `T` tokens of `cols` columns, and its bytes (`need`). */
+  _layout(planId, cols, T) {
+    const { total, quantized } = this.plans[planId];
     const nb = cols >> 5;
     const xBytes = T * cols * 4;
     // per 32-column block: the exact split's 64 int16 (128 bytes), or the relaxed kernel's
@@ -277,15 +278,23 @@ export class SimdMatmul {
     const accBytes = quantized ? lines(T * 16) : 0;
     const yBytes = T * total * 4;
     const need = align(xBytes) + xqBytes + 2 * scBytes + LINES + 2 * accBytes * this.threads + yBytes;
+    return { nb, xBytes, xqBytes, scBytes, accBytes, yBytes, need };
+  }
+
+  /** Run a plan on `x [T, cols]` float32 (`source`: its bytes, a Uint8Array over either
+   * memory); returns where the outputs `[T, rows_0]`, `[T, rows_1]`, ... lie in kernel
+   * memory. */
+  _compute(planId, cols, T, source) {
+    const { list } = this.plans[planId];
+    const { nb, xBytes, xqBytes, scBytes, accBytes, yBytes, need } = this._layout(planId, cols, T);
     const x = this.scratchArea(need);
     const xq = align(x + xBytes);
     const sc = xq + xqBytes;
     const s16 = sc + scBytes;
     const acc = lines(s16 + scBytes);
     const y = acc + 2 * accBytes * this.threads;
-    new Uint8Array(this.memory.buffer, x, xBytes)
-      .set(this.heap().subarray(xAddress, xAddress + xBytes));
-    if (quantized) this.quantizeX(x, nb, T, xq, sc);
+    new Uint8Array(this.memory.buffer, x, xBytes).set(source);
+    if (this.plans[planId].quantized) this.quantizeX(x, nb, T, xq, sc);
     if (list.some(([kind]) => kind === KIND_Q2_K)) this.sums16(x, 2 * nb, T, s16);
     const jobs = [];
     let at = y;
@@ -297,20 +306,46 @@ export class SimdMatmul {
     return { y, yBytes };
   }
 
+  /** `_compute` on x in kernel memory (a Float32Array `[T, cols]` outside the scratch):
+   * where the outputs lie (decoderLayer). */
+  computeFrom(planId, cols, T, X) {
+    return this._compute(planId, cols, T, new Uint8Array(X.buffer, X.byteOffset, 4 * T * cols)).y;
+  }
+
+  /** Register a decoder layer for `layer` (JSON: fused.js decoderLayer's `L`: its plans,
+   * shapes and the kernel addresses of its norm weights and biases); returns its id. */
+  layerPlan(json) {
+    this.layers.push(JSON.parse(json));
+    return this.layers.length - 1;
+  }
+
+  /** Room for a layer's `bytes` of intermediates, and the scratch of each of its
+   * `[plan, cols]` for `T` tokens, made before any view is taken (memory growth would
+   * detach them); returns where the intermediates go. */
+  layerArea(T, bytes, plans) {
+    for (const [planId, cols] of plans) this.scratchArea(this._layout(planId, cols, T).need);
+    if (bytes > this.layerScratch.size) this.layerScratch = { at: this._alloc(bytes), size: bytes };
+    return this.layerScratch.at;
+  }
+
+  /** Decoder layer `id` (layerPlan) on `x [T, d]` in the Python heap into `out`: one call
+   * for the whole layer (fused.js decoderLayer has the arguments). */
+  layer(id, ...args) { decoderLayer(this, this.layers[id], ...args); }
+
   /**
    * Run a plan on `x [T, cols]` float32 (at `xAddress` in the Python heap) and write the
    * outputs one after another, `[T, rows_0]`, then `[T, rows_1]`, ..., at `yAddress`:
    * one call between Python and JavaScript for the whole group.
    */
   run(planId, cols, T, xAddress, yAddress) {
-    const { y, yBytes } = this._compute(planId, cols, T, xAddress);
+    const { y, yBytes } = this._compute(planId, cols, T, this.heap().subarray(xAddress, xAddress + T * cols * 4));
     this.heap().set(new Uint8Array(this.memory.buffer, y, yBytes), yAddress);
   }
 
   /** A [gate, up] plan, then `act(gate) * up` `[T, rows]` written at `outAddress`; `act`
    * is one of GATES (fused.js): "silu" or "gelu_tanh". */
   runGlu(planId, cols, T, xAddress, outAddress, act = "silu") {
-    const { y, yBytes } = this._compute(planId, cols, T, xAddress);
+    const { y, yBytes } = this._compute(planId, cols, T, this.heap().subarray(xAddress, xAddress + T * cols * 4));
     const n = yBytes >> 3;
     const memory = this.memory.buffer;
     GATES[act](new Float32Array(memory, y, n), new Float32Array(memory, y + 4 * n, n),

@@ -214,11 +214,11 @@ apr_web._sync = _sync
     globalThis.gc();
     return true;
   },
-  kernelCheck(fn, ...args) {  // wasm_tests/test_quant_kernel.py: apr_webkernel.kernel_check / fused_check
+  kernelCheck(fn, ...args) {  // wasm_tests/test_quant_kernel.py: apr_webrun.kernel_check / fused_check
     if (fn !== "kernel_check" && fn !== "fused_check") throw new ShellError(codes.ARGUMENT, `unknown check ${fn}`);
     self.aprArgs = JSON.stringify(args);
     return JSON.parse(runtime.py.runPython(
-      `import apr_webkernel, js, json\napr_webkernel.${fn}(*json.loads(js.aprArgs))`));
+      `import apr_webrun, js, json\napr_webrun.${fn}(*json.loads(js.aprArgs))`));
   },
   cacheList: () => cache.list(),
   cacheModels: () => cache.models(),

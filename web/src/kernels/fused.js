@@ -22,8 +22,12 @@ const cacheView = (heap, at, n, half) => (half ? new Float16Array(heap, at, n) :
 
 /** s = x + a (x itself when `a` is 0), h = s * (1 / sqrt(mean(s^2) + eps)) * w; `[T, d]`. */
 export function rmsNormAdd(heap, T, d, x, a, w, eps, s, h) {
-  const X = f32(heap, x, T * d), A = a ? f32(heap, a, T * d) : null, W = f32(heap, w, d);
-  const S = f32(heap, s, T * d), H = f32(heap, h, T * d);
+  rmsNormRows(T, d, f32(heap, x, T * d), a ? f32(heap, a, T * d) : null, f32(heap, w, d), eps,
+              f32(heap, s, T * d), f32(heap, h, T * d));
+}
+
+/** rmsNormAdd over Float32Arrays (`A` null: no residual; `S` may be `X` itself). */
+function rmsNormRows(T, d, X, A, W, eps, S, H) {
   const eps32 = fr(eps);
   for (let t = 0; t < T; t++) {
     const row = t * d;
@@ -79,9 +83,14 @@ export function ropeStore(heap, T, H, nKv, hd, q, k, v, cos, sin, dim, neox, kCa
  * float32 before the V sum. */
 export function attention(heap, T, H, nKv, hd, q, kCache, vCache, cap, nKeys, qPos, scale,
                           window, out, half = false) {
-  const Q = f32(heap, q, T * H * hd), K = cacheView(heap, kCache, nKv * cap * hd, half);
-  const V = cacheView(heap, vCache, nKv * cap * hd, half), O = f32(heap, out, T * H * hd);
-  const P = new Int32Array(heap, qPos, 2 * T);  // int64 positions, low words (little-endian)
+  attend(f32(heap, q, T * H * hd), cacheView(heap, kCache, nKv * cap * hd, half),
+         cacheView(heap, vCache, nKv * cap * hd, half), f32(heap, out, T * H * hd),
+         new Int32Array(heap, qPos, 2 * T), T, H, nKv, hd, cap, nKeys, scale, window);
+}
+
+/** `attention` over views: Q, O `[T, H, hd]`, caches K, V `[nKv, cap, hd]`, and P the int64
+ * positions `[T]` as int32 pairs (low words first: little-endian). */
+function attend(Q, K, V, O, P, T, H, nKv, hd, cap, nKeys, scale, window) {
   const group = H / nKv;
   const scores = new Float64Array(nKeys);
   const ctx = new Float64Array(hd);
@@ -137,3 +146,56 @@ export function geluTanhMul(G, U, O, n) {
 
 /** The gated activations `runGlu` takes, by apr_core's name. */
 export const GATES = { silu: siluMul, gelu_tanh: geluTanhMul };
+
+/** `Y [T, n]` += bias `B [n]` (float32, as numpy's `y + b`); B null: nothing. */
+function addBias(Y, B, T, n) {
+  if (!B) return;
+  for (let t = 0; t < T; t++) for (let i = 0; i < n; i++) Y[t * n + i] = fr(Y[t * n + i] + B[i]);
+}
+
+/**
+ * One whole decoder layer (apr_core's `Transformer.run_block` for a pre-norm RMSNorm layer
+ * with separate q/k/v, a gated MLP and optional projection biases) in one call: the fused
+ * kind "decoder_block" of apr_webkernel. `kernel` is the SimdMatmul whose plans `L` names
+ * (`layerPlan`), `x` and `out` `[T, d]` float32, `cos`/`sin` `[T, rot/2]` (0: no RoPE), the
+ * caches `[nKv, cap, hd]` (float16 when `half`) and `positions` `[T]` int64 are addresses
+ * in the Python heap. Every step is the one its own call would make (the same loops and
+ * kernels in the same order), so the layer equals the kind-by-kind layer bit for bit; the
+ * intermediates stay in the kernels' memory.
+ */
+export function decoderLayer(kernel, L, T, x, out, cos, sin, kCache, vCache, cap, start,
+                             positions, half) {
+  const { d, H, nKv, hd, ff, rot } = L, qd = H * hd, kvd = nKv * hd;
+  const area = kernel.layerArea(T, 4 * T * (2 * d + 2 * qd + ff),
+                                [[L.qkv, d], [L.o, qd], [L.glu, d], [L.down, ff]]);
+  const mem = kernel.memory.buffer, heap = kernel.heap().buffer;
+  const view = (at, n) => f32(mem, at, n);
+  const X = view(area, T * d), Hn = view(area + 4 * T * d, T * d);
+  const Q = view(Hn.byteOffset + 4 * T * d, T * qd), A = view(Q.byteOffset + 4 * T * qd, T * qd);
+  const M = view(A.byteOffset + 4 * T * qd, T * ff);
+  const bias = (at, n) => (at ? view(at, n) : null);
+  X.set(f32(heap, x, T * d));
+  rmsNormRows(T, d, X, null, view(L.attnNorm, d), L.eps[0], X, Hn);
+  let y = kernel.computeFrom(L.qkv, d, T, Hn);
+  const q = view(y, T * qd), k = view(y + 4 * T * qd, T * kvd), v = view(y + 4 * T * (qd + kvd), T * kvd);
+  addBias(q, bias(L.bias[0], qd), T, qd);
+  addBias(k, bias(L.bias[1], kvd), T, kvd);
+  addBias(v, bias(L.bias[2], kvd), T, kvd);
+  const C = cos ? f32(heap, cos, T * (rot >> 1)) : null, S = cos ? f32(heap, sin, T * (rot >> 1)) : null;
+  const KC = cacheView(heap, kCache, nKv * cap * hd, half), VC = cacheView(heap, vCache, nKv * cap * hd, half);
+  rotate(q, Q, T, H, hd, C, S, rot, L.neox, false, 0, 0);
+  rotate(k, KC, T, nKv, hd, C, S, rot, L.neox, true, cap, start);
+  rotate(v, VC, T, nKv, hd, null, null, 0, false, true, cap, start);
+  attend(Q, KC, VC, A, new Int32Array(heap, positions, 2 * T), T, H, nKv, hd, cap, start + T,
+         L.scale, L.window);
+  y = kernel.computeFrom(L.o, qd, T, A);
+  const o = view(y, T * d);
+  addBias(o, bias(L.bias[3], d), T, d);
+  rmsNormRows(T, d, X, o, view(L.ffnNorm, d), L.eps[1], X, Hn);
+  y = kernel.computeFrom(L.glu, d, T, Hn);
+  GATES[L.act](view(y, T * ff), view(y + 4 * T * ff, T * ff), M, T * ff);
+  y = kernel.computeFrom(L.down, ff, T, M);
+  const m = view(y, T * d), O = f32(heap, out, T * d);
+  addBias(m, bias(L.bias[4], d), T, d);
+  for (let i = 0; i < T * d; i++) O[i] = fr(X[i] + m[i]);
+}
