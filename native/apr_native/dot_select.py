@@ -1,9 +1,12 @@
-"""Which activation codes one token's matvecs take, per weight type: the numba backend's
-kernels that post one-token dots to `kernels.pool` ("matmul", "matmul_group",
-"matmul_glu", "decoder_block") are registered wrapped here, and each wrapper sets the
-pool's `ACT8` word before the call to `isa.int8_dots` of the weight types the call reads:
-int8 codes for Q4_K/Q6_K at the AVX2 level, the exact int16 codes for everything else,
-$APR_DOTS forcing either. The kernels themselves are untouched: they read `ACT8` per task.
+"""Which activation codes the matvecs take, per weight type: the numba backend's kernels
+that post dots to `kernels.pool` ("matmul", "matmul_group", "matmul_glu",
+"decoder_block") are registered wrapped here, and each wrapper sets the pool's `ACT8` word
+before the call to `isa.int8_dots` of the weight types the call reads: int8 codes for
+Q4_K/Q6_K at the AVX2 level, the exact int16 codes (and, for a prompt, float products of
+exactly dequantized rows) for everything else, $APR_DOTS forcing either. The kernels
+themselves are untouched: they read `ACT8` per task. It holds for any number of tokens,
+so a prompt, a speculative verification pass and a batch of streams give each token the
+bits one-token decoding gives it (`kernels/blocks/kquant_token_rows`).
 
 One pool task takes one kind of codes, so the choice is per call: a layer's one-call
 step (`decoder_block`) takes int8 codes when every projection of the layer is of an int8
@@ -39,13 +42,11 @@ def layer_types(block: Any) -> Tuple[str, ...]:
     return types
 
 
-def _choosing(kernel: Callable[..., Any], x_at: int,
+def _choosing(kernel: Callable[..., Any],
               types_of: Callable[..., Tuple[str, ...]]) -> Callable[..., Any]:
-    """`kernel`, with the pool's ACT8 word set before a one-token call (`args[x_at]` has
-    one row: ACT8 is read for one token only) from `types_of(*args)`."""
+    """`kernel`, with the pool's ACT8 word set before the call from `types_of(*args)`."""
     def chosen(*args: Any) -> Any:
-        if args[x_at].shape[0] == 1:
-            pool.get().task[pool.ACT8] = isa.int8_dots(types_of(*args))
+        pool.get().task[pool.ACT8] = isa.int8_dots(types_of(*args))
         return kernel(*args)
     chosen.__wrapped__ = kernel                 # type: ignore[attr-defined]
     return chosen
@@ -53,22 +54,22 @@ def _choosing(kernel: Callable[..., Any], x_at: int,
 
 def matmul(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """Kind "matmul": `kernel(data, dtype, shape, x, scratch_elements)`."""
-    return _choosing(kernel, 3, lambda data, dtype, *rest: (dtype.name,))
+    return _choosing(kernel, lambda data, dtype, *rest: (dtype.name,))
 
 
 def matmul_group(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """Kind "matmul_group": `kernel(linears, x)`."""
-    return _choosing(kernel, 1, lambda linears, x: _names(linears))
+    return _choosing(kernel, lambda linears, x: _names(linears))
 
 
 def matmul_glu(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """Kind "matmul_glu": `kernel(gate, up, x, act)`."""
-    return _choosing(kernel, 2, lambda gate, up, *rest: _names((gate, up)))
+    return _choosing(kernel, lambda gate, up, *rest: _names((gate, up)))
 
 
 def decoder_block(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """Kind "decoder_block": `kernel(model, block, x, positions, cache, tables)`."""
-    return _choosing(kernel, 2, lambda model, block, *rest: layer_types(block))
+    return _choosing(kernel, lambda model, block, *rest: layer_types(block))
 
 
 WRAPPERS = {"matmul": matmul, "matmul_group": matmul_group, "matmul_glu": matmul_glu,

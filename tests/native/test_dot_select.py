@@ -1,7 +1,7 @@
-"""What each numba kernel call that posts one token's dots gets of `isa.int8_dots`
+"""What each numba kernel call that posts dots gets of `isa.int8_dots`
 (`apr_native.dot_select`): the pool's ACT8 word set from the weight types the call reads,
-before the call; several tokens leave it alone (their paths never read it). The kernels
-are stand-ins that record the word, so nothing compiles here."""
+before the call, for one token or many. The kernels are stand-ins that record the word,
+so nothing compiles here."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -66,10 +66,15 @@ def test_each_call_takes_its_weight_types_codes(workers, monkeypatch):
     assert _calls(workers, ("Q4_K",)) == {0}
 
 
-def test_several_tokens_leave_the_word_alone(workers, monkeypatch):
+def test_several_tokens_take_the_same_codes(workers, monkeypatch):
+    """A prompt or a verification pass takes the codes one token takes (`kquant_token_rows`
+    gives each token the bits it gets alone)."""
     monkeypatch.setenv(isa.DOTS_ENV, "int8")
     workers.task[pool.ACT8] = 0
-    assert _calls(workers, ("Q4_K",), tokens=3) == {0}
+    assert _calls(workers, ("Q4_K",), tokens=3) == {1}
+    monkeypatch.setenv(isa.DOTS_ENV, "exact")
+    workers.task[pool.ACT8] = 1
+    assert _calls(workers, ("Q4_K",), tokens=40) == {0}
 
 
 def test_the_numba_backend_registers_the_wrapped_kernels():

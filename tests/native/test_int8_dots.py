@@ -2,7 +2,9 @@
 weights at the AVX2 level, or any type when $APR_DOTS=int8) against their numpy replay
 (int8_replay.py), bit for bit, on synthetic blocks of the types apr's real models use most
 (Q4_K, Q6_K, Q8_0, Q4_0, Q4_1): the kernel alone, and one token's matvec through a pool
-that has the int8 path on; and the per-type default (`test_selection`). The quality test
+that has the int8 path on; the same dots for many tokens at once (a prompt, a speculative
+verification pass: `kquant_token_rows`), each token bit-identical to its replay alone;
+and the per-type default (`test_selection`). The quality test
 (next-token KL to the exact path no larger than llama.cpp's) is test_int8_quality.py.
 """
 import numpy as np
@@ -18,6 +20,7 @@ from apr_native.kernels import cpu, pool                         # noqa: E402
 from apr_native.kernels.blocks.block_rows import dot_rows        # noqa: E402
 from apr_native.kernels.blocks.block_table import (BLOCKS, KRUN, QBLOCK,  # noqa: E402
                                                    quantize_x8)
+from apr_native.kernels.blocks.kquant_token_rows import int8_token_rows  # noqa: E402
 
 import int8_replay                                               # noqa: E402
 
@@ -26,16 +29,26 @@ TYPES = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1")
 SHAPE = (11, 512)
 
 
-def _weight(name, seed):
+def _weight(name, seed, tokens=1, shape=SHAPE):
     rng = np.random.default_rng(seed)
-    values = rng.standard_normal(SHAPE).astype(np.float32)
+    values = rng.standard_normal(shape).astype(np.float32)
     values[0, :40] = 0.0                         # a zero run: scale-0 paths
     values[-1] *= 1e-3                           # tiny scales
     data = np.frombuffer(quantize(values, dtypes.BY_NAME[name]), np.uint8)
-    x = rng.standard_normal((1, SHAPE[1])).astype(np.float32)
-    x[0, :32] *= 40.0                            # a loud run
-    x[0, 64:96] = 0.0                            # a silent run
+    x = rng.standard_normal((tokens, shape[1])).astype(np.float32)
+    x[:, :32] *= 40.0                            # a loud run
+    x[:, 64:96] = 0.0                            # a silent run
+    x[tokens // 2, 256:512] = 0.0                # a silent K-quant block
     return data, x
+
+
+def _replay(name, data, rows, x):
+    """Each token of `x [T, in]` alone through the replay -> `[T, rows]`."""
+    return np.stack([int8_replay.matvec(name, data, rows, t) for t in x])
+
+
+def _same_bits(got, want):
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), np.abs(got - want).max()
 
 
 @pytest.mark.parametrize("run", [QBLOCK, KRUN])
@@ -76,6 +89,51 @@ def test_one_token_matvec_on_an_int8_pool_equals_the_replay(threads):
             pool.dots_one(*workers.shared, kind, data, SHAPE[0], nb, row_bytes, x, got, 5)
             want = int8_replay.matvec(name, data, SHAPE[0], x[0])
             assert np.array_equal(got[0].view(np.uint32), want.view(np.uint32))
+    finally:
+        pool.bind(before)
+        workers.stop()
+
+
+@pytest.mark.parametrize("name", ("Q4_K", "Q6_K", "Q8_0"))
+def test_many_tokens_equal_each_token_alone(name):
+    """Groups of 8 and 4 tokens, the tokens past them, and rows split anywhere: every
+    token's outputs have the bits of its own one-token replay (Q8_0: `dot_rows` itself)."""
+    shape = (13, 1024)
+    data, x = _weight(name, seed=3, tokens=23, shape=shape)
+    kind, nb, row_bytes = cpu.layout(name, shape)
+    want = _replay(name, data, shape[0], x)
+    for tokens in (2, 4, 5, 8, 12, 23):
+        xq, xd, xs = quantize_x8(x[:tokens], KRUN if name in int8_replay.KQUANTS else QBLOCK)
+        got = np.full((tokens, shape[0]), np.nan, np.float32)
+        for r0, r1 in ((0, 5), (5, 6), (6, 13)):
+            int8_token_rows(kind, data, 0, r0, r1, nb, row_bytes, xq, xd, xs, got, r0)
+        _same_bits(got, want[:tokens])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_prompts_on_an_int8_pool_equal_the_replay(threads):
+    """With ACT8 set, a prompt's projections (`pool.products`, T above the dots' limit),
+    a verification pass (`pool.dots`, few tokens) and a gated MLP (`pool.glu`) take the
+    int8 dots: each token equals its one-token replay."""
+    workers = pool.Pool(threads - 1)
+    workers.task[pool.ACT8] = 1
+    before = pool.bind(workers)
+    try:
+        for name in ("Q4_K", "Q6_K"):
+            data, x = _weight(name, seed=11, tokens=cpu.DOT_MAX_TOKENS + 9)
+            kind, nb, row_bytes = cpu.layout(name, SHAPE)
+            want = _replay(name, data, SHAPE[0], x)
+            got = np.empty((x.shape[0], SHAPE[0]), np.float32)
+            pool.products_one(*workers.shared, kind, data, SHAPE[0], nb, row_bytes, x, got, 3)
+            _same_bits(got, want)
+            got = np.empty((5, SHAPE[0]), np.float32)
+            pool.dots_one(*workers.shared, kind, data, SHAPE[0], nb, row_bytes, x[:5], got, 3)
+            _same_bits(got, want[:5])
+            table = np.array([(kind, data.ctypes.data, SHAPE[0], nb, row_bytes)] * 2, np.int64)
+            gate, up, out = (np.empty((3, SHAPE[0]), np.float32) for _ in range(3))
+            pool.glu(*workers.shared, table, x[:3], gate, up, out, 2)
+            _same_bits(gate, want[:3])
+            _same_bits(up, want[:3])
     finally:
         pool.bind(before)
         workers.stop()

@@ -124,6 +124,25 @@ def test_pool_matmul_rows_equal_decode_steps(name, pool_threads):
         assert np.array_equal(bits(got), bits(steps[:tokens])), (name, tokens)
 
 
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0"])
+def test_int8_codes_give_every_row_a_decode_steps_bits(name, pool_threads):
+    """With the pool's ACT8 word set (int8 codes: the K-quant default at the AVX2 level,
+    `dot_select`), a verification pass and a prompt past DOT_MAX_TOKENS (which otherwise
+    takes float products) give each row an int8 decode step's bits (K-quants: groups of
+    8 and 4 tokens over chunks of 4 blocks, `kquant_token_rows`; others `dot_rows`)."""
+    lin = linear(name, 97, 1536, seed=5)
+    x = activations(cpu.DOT_MAX_TOKENS + 23, 1536, seed=6)
+    pool_threads.task[pool.ACT8] = 1
+    try:
+        steps = np.concatenate([cpu.numba_matmul(lin.data, lin.dtype, lin.shape,
+                                                 x[t:t + 1], 0) for t in range(x.shape[0])])
+        for tokens in (2, 3, 4, 8, 9, 13, cpu.DOT_MAX_TOKENS + 1, x.shape[0]):
+            got = cpu.numba_matmul(lin.data, lin.dtype, lin.shape, x[:tokens], 0)
+            assert np.array_equal(bits(got), bits(steps[:tokens])), (name, tokens)
+    finally:
+        pool_threads.task[pool.ACT8] = 0
+
+
 @pytest.mark.parametrize("names", [("Q5_0", "Q5_0", "Q8_0"), ("Q4_1", "Q4_K", "Q6_K")])
 def test_group_and_glu_rows_equal_decode_steps(names, pool_threads):
     """The projections a layer runs as one task (q, k, v of mixed types; gate and up

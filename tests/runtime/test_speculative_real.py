@@ -17,15 +17,15 @@ APR = os.path.join(os.path.dirname(sys.executable), "apr")
 EDIT = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "prompts", "code_edit.txt")
 
 
-def apr(*args):
-    env = dict(os.environ, APR_QUIET="1", APR_CONFIG=os.devnull)
+def apr(*args, **env_vars):
+    env = dict(os.environ, APR_QUIET="1", APR_CONFIG=os.devnull, **env_vars)
     done = subprocess.run([APR, *map(str, args)], capture_output=True, text=True, env=env,
                           stdin=subprocess.DEVNULL, timeout=900)
     return done.returncode, done.stdout, done.stderr
 
 
-def apr_json(*args):
-    code, out, err = apr(*args, "--json")
+def apr_json(*args, **env_vars):
+    code, out, err = apr(*args, "--json", **env_vars)
     assert code == 0, err
     return json.loads(out)
 
@@ -47,6 +47,17 @@ def test_lookup_on_a_code_edit_keeps_greedy_ids(qwen_gguf):
     longest = apr_json(*args, "--speculate", "lookup", "--draft-max", "15")
     assert longest["token_ids"] == plain["token_ids"]
     assert longest["speculative"]["tokens_per_pass"] > s["tokens_per_pass"]
+
+
+def test_lookup_keeps_greedy_ids_on_the_int8_dots(qwen_gguf):
+    """With int8 activation codes (forced here: the K-quant default at the AVX2 level) a
+    verification pass gives each row the bits a one-token step gives it
+    (`kquant_token_rows`), so the ids still equal plain decoding's."""
+    args = ("run", qwen_gguf, "-f", EDIT, "-n", "64", "--temperature", "0")
+    plain = apr_json(*args, APR_DOTS="int8")
+    fast = apr_json(*args, "--speculate", "lookup", "--draft-max", "8", APR_DOTS="int8")
+    assert fast["token_ids"] == plain["token_ids"]
+    assert fast["speculative"]["accepted_tokens"] > 0
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,12 @@ chunks that whichever thread is free takes, the calling thread included.
 Why not numba's OpenMP regions, and how workers wait and claim chunks: kernels/README.md.
 
 Tasks: TASK_DOTS, the rows of a table of quantized weights dotted with int16 activations
-(int8 for one token where `ACT8` is set; `blocks.table_rows`: `block_rows.dot_rows` for one
-token, `token_rows.dot_token_rows` for several; one weight, or several sharing an input,
-their rows concatenated in `y`); TASK_GLU, gate and up rows and SiLU(gate) * up over the
-same row range; TASK_PRODUCTS, rows dequantized and multiplied with many tokens' float
-activations (prefill, `block_rows.rows_times_tokens`); TASK_ATTENTION, the items (KV
-head, query tile, key range) of blocked attention over the KV cache (`paged_attention`).
-
-Measured (SmolLM2-135M Q4_1, 2 threads): decode 47 -> 74-95 tok/s against OpenMP (busy
-neighbours: 50 against 27); 32-token prefill 214 -> 354 tok/s.
+(`blocks.table_rows`: `block_rows.dot_rows` for one token, `token_rows.dot_token_rows` for
+several) or, where `ACT8` is set, int8 ones (`kquant_token_rows` for several, prefill
+included); one weight, or several sharing an input, their rows concatenated in `y`;
+TASK_GLU, gate and up rows and SiLU(gate) * up over the same row range; TASK_PRODUCTS,
+rows dequantized and multiplied with many tokens' float activations (prefill without
+`ACT8`, `block_rows.rows_times_tokens`); TASK_ATTENTION, the items of blocked attention.
 """
 from __future__ import annotations
 
@@ -55,7 +52,7 @@ TABLE, WEIGHTS, TOKENS, IN_DIM, XQ, XD, XS, X, Y, Y_COLS, Y_UP, Y_OUT = range(3,
 A_DESC = 15
 # Matvecs: activation slots of `token_rows.pair_layout` (0: one token, `quantize_x`'s layout).
 SLOTS = 29
-ACT8 = 30        # nonzero: one token's matvecs take int8 codes (`quantize_x8`, `_act8_run`)
+ACT8 = 30        # nonzero: matvecs take int8 codes (`quantize_x8`, `_act8_run`)
 TASK_WORDS = 32
 FARG_WORDS = 4
 TASK_DOTS, TASK_GLU, TASK_ATTENTION, TASK_PRODUCTS = 0, 1, 2, 3
@@ -98,9 +95,9 @@ def run_chunk(task, fargs, c):
         tile = np.empty((4, n_in), np.float32)                     # [4, in], L1-resident
         _table_rows(table, a, b, xq, xd, xs, xp, xdt, xst, x, tile, y, 2)
         return
-    if one == 1 and task[ACT8]:                     # one token's int8 codes (`ACT8`)
-        _dots_or_glu(task, table, a, b, carray(i8_at(task[XQ]), (1, n_in)), xd, xs, xp, xdt,
-                     xst, unused, y, 0)
+    if task[ACT8]:                  # int8 codes (`ACT8`): `kquant_token_rows` for several
+        _dots_or_glu(task, table, a, b, carray(i8_at(task[XQ]), (one, n_in)), xd, xs, xp, xdt,
+                     xst, unused, y, 0 if one == 1 else 3)
     else:
         _dots_or_glu(task, table, a, b, xq, xd, xs, xp, xdt, xst, unused, y, 1 if slots else 0)
 
@@ -200,7 +197,7 @@ def _act8_run(task):
 def _run_matvec(ctl, task, fargs, x):
     """`_run` a matvec over `x [T, in]` quantized (`quantize_x`, or `pair_layout`)."""
     task[TOKENS], task[IN_DIM] = x.shape[0], x.shape[1]
-    if x.shape[0] == 1 and task[ACT8]:
+    if task[ACT8]:
         xq8, xd8, xs8 = quantize_x8(x, _act8_run(task))
         task[SLOTS] = 0
         _run_on(ctl, task, fargs, xq8, xd8, xs8)
@@ -242,7 +239,10 @@ def dots_one(ctl, task, fargs, kind, w, rows, nb, row_bytes, x, y, chunks):
 @njit(cache=True)
 def products(ctl, task, fargs, table, x, y, chunks):
     """`y [T, sum of rows]` = the weights of `table` . `x [T, in]`, float32 products of
-    rows dequantized exactly (for many tokens)."""
+    rows dequantized exactly (for many tokens); with `ACT8` set, `dots` of int8 codes."""
+    if task[ACT8]:
+        dots(ctl, task, fargs, table, x, y, chunks)
+        return
     task[KIND], task[TABLE], task[WEIGHTS] = TASK_PRODUCTS, table.ctypes.data, table.shape[0]
     task[Y], task[Y_COLS], task[X] = y.ctypes.data, y.shape[1], x.ctypes.data
     task[TOKENS], task[IN_DIM], task[SLOTS] = x.shape[0], x.shape[1], 0

@@ -69,38 +69,48 @@ def _scale_words(builder, scales):
     return pick
 
 
+def q4_k_runs(builder, load):
+    """A Q4_K block's runs for `_block_sum`, from its byte loader `load(offset, n)`: run
+    j = nibble 4 (j & 1) of the 32 code bytes at 16 + 32 (j >> 1), times its 6-bit scale
+    sc_j."""
+    sc, _ = _k4_codes(builder, load(4, 16))
+    pick = _scale_words(builder, builder.zext(sc, _vec(I16, 8)))
+    for j in range(8):
+        codes = _shift_mask(builder, load(16 + 32 * (j >> 1), 32), 4 * (j & 1), 15)
+        yield codes, False, pick(j, j), j
+
+
+def q6_k_runs(builder, load):
+    """A Q6_K block's runs for `_block_sum`: run (h, k) (elements 128 h + 32 k ..) =
+    nibble 4 (k >> 1) of the ql bytes at 64 h + 32 (k & 1) | bits 2k, 2k+1 of the qh bytes
+    at 128 + 32 h << 4, minus 32; its 16-element groups g = 8 h + 2 k and g + 1 times the
+    int8 group scales at 192 + g."""
+    pick = _scale_words(builder, builder.sext(load(192, 16), _vec(I16, 16)))
+    for h in range(2):
+        for k in range(4):
+            low = _shift_mask(builder, load(64 * h + 32 * (k & 1), 32), 4 * (k >> 1), 15)
+            high = _shift_mask(builder, load(128 + 32 * h, 32), 2 * k, 3)
+            codes = builder.sub(builder.or_(low, builder.shl(high, _const(I8, [4] * 32))),
+                                _const(I8, [32] * 32))
+            g = 8 * h + 2 * k
+            yield codes, True, pick(g, g + 1), 4 * h + k
+
+
 @intrinsic
 def acc_q4_k_block(typingctx, w, p, xq, xo, s, acc):
     """`acc` + `s` times the Q4_K block at `w[p:p+144]` . int8 `xq[xo:xo+256]` (its min
-    term apart: `kquant_scales.k4_mins8`): run j = nibble 4 (j & 1) of the 32 code bytes at
-    16 + 32 (j >> 1), times its 6-bit scale sc_j."""
+    term apart: `kquant_scales.k4_mins8`; runs: `q4_k_runs`)."""
     def codegen(context, builder, signature, args):
-        def runs(load):
-            sc, _ = _k4_codes(builder, load(4, 16))
-            pick = _scale_words(builder, builder.zext(sc, _vec(I16, 8)))
-            for j in range(8):
-                codes = _shift_mask(builder, load(16 + 32 * (j >> 1), 32), 4 * (j & 1), 15)
-                yield codes, False, pick(j, j), j
-        return _block_sum(context, builder, signature, args, runs)
+        return _block_sum(context, builder, signature, args,
+                          lambda load: q4_k_runs(builder, load))
     return f32x8(w, p, xq, xo, s, acc), codegen
 
 
 @intrinsic
 def acc_q6_k_block(typingctx, w, p, xq, xo, s, acc):
-    """`acc` + `s` times the Q6_K block at `w[p:p+210]` . int8 `xq[xo:xo+256]`: run
-    (h, k) (elements 128 h + 32 k ..) = nibble 4 (k >> 1) of the ql bytes at 64 h + 32 (k & 1)
-    | bits 2k, 2k+1 of the qh bytes at 128 + 32 h << 4, minus 32; its 16-element groups
-    g = 8 h + 2 k and g + 1 times the int8 group scales at 192 + g."""
+    """`acc` + `s` times the Q6_K block at `w[p:p+210]` . int8 `xq[xo:xo+256]` (runs:
+    `q6_k_runs`)."""
     def codegen(context, builder, signature, args):
-        def runs(load):
-            pick = _scale_words(builder, builder.sext(load(192, 16), _vec(I16, 16)))
-            for h in range(2):
-                for k in range(4):
-                    low = _shift_mask(builder, load(64 * h + 32 * (k & 1), 32), 4 * (k >> 1), 15)
-                    high = _shift_mask(builder, load(128 + 32 * h, 32), 2 * k, 3)
-                    codes = builder.sub(builder.or_(low, builder.shl(high, _const(I8, [4] * 32))),
-                                        _const(I8, [32] * 32))
-                    g = 8 * h + 2 * k
-                    yield codes, True, pick(g, g + 1), 4 * h + k
-        return _block_sum(context, builder, signature, args, runs)
+        return _block_sum(context, builder, signature, args,
+                          lambda load: q6_k_runs(builder, load))
     return f32x8(w, p, xq, xo, s, acc), codegen
