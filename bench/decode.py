@@ -1,6 +1,6 @@
 """Benchmark: apr's numpy transformer decode vs llama.cpp (llama-cpp-python), same run.
 
-    python bench/decode.py [--model demo] [--tokens 32] [--threads 1] [--isa avx2]
+    python bench/decode.py [--model demo] [--tokens 32] [--threads 1] [--isa avx2] [--no-mmap]
 
 Greedy-decodes `--tokens` tokens after an 8-token prompt with apr (weights kept quantized,
 and dequantized at load) and with llama.cpp on the same GGUF, and prints tokens/s and the
@@ -31,6 +31,10 @@ def main() -> int:
                              "dots (int16 activations) and once with int8 activations "
                              "(APR_DOTS=exact / int8, forced over the per-type default of "
                              "isa.int8_dots), in place of the quantized and dense runs")
+    parser.add_argument("--no-mmap", action="store_true",
+                        help="both runtimes read the weights into memory instead of mapping "
+                             "the file (apr: huge pages, apr_native.mmap_source.open_resident; "
+                             "llama.cpp: use_mmap=False)")
     args = parser.parse_args()
     # Must be set before numpy loads OpenBLAS.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "APR_THREADS"):
@@ -52,7 +56,8 @@ def main() -> int:
     if args.dots == "both" and os.environ.get("BENCH_SWAP"):       # the other order
         runs = runs[::-1]
     for label, dense, act8 in runs:
-        engine = load_engine(path, EngineOptions(dequantize=dense), with_tokenizer=False)
+        engine = load_engine(path, EngineOptions(dequantize=dense, mmap=not args.no_mmap),
+                             with_tokenizer=False)
         model, label = engine.transformer, "{} ({})".format(label, engine.backend)
         if act8 is not None:        # forced over the per-type default (isa.int8_dots)
             os.environ[isa.DOTS_ENV] = ("exact", "int8")[act8]
@@ -69,7 +74,8 @@ def main() -> int:
     except ImportError:
         llama_cpp = None
     if llama_cpp is not None:
-        llm = llama_cpp.Llama(path, n_ctx=256, n_threads=args.threads, verbose=False)
+        llm = llama_cpp.Llama(path, n_ctx=256, n_threads=args.threads, verbose=False,
+                              use_mmap=not args.no_mmap)
         llm.eval(prompt[:2])                                        # warm up
         llm.reset()                      # empty cache: generate() evaluates the whole prompt
         start, cpu = time.perf_counter(), time.thread_time()

@@ -26,16 +26,15 @@ def load_engine(name: str, options: Optional[EngineOptions] = None,
     """Resolve `name`, select the backend, open the file with mmap (unless
     `options.mmap` is off) and load the engine (`Engine.open`). `wrap_kernels(kernels)`
     gives the kernels the model runs on instead of the selected ones (`apr profile`'s
-    timing view of them); `quick_start`: see `backends.select`."""
+    timing view of them); `quick_start`: see `backends.select`. Without `options.mmap`
+    the file is read into huge-page memory (`mmap_source.open_resident`)."""
     options = options or EngineOptions()
     path = resolve_model(name)
     kernels = backends.select(options.backend, quick_start, options.threads)
     if wrap_kernels is not None:
         kernels = wrap_kernels(kernels)
-    opener = None
-    if options.mmap:
-        from .mmap_source import open_mmap
-        opener = open_mmap
+    from .mmap_source import open_mmap, open_resident
+    opener = open_mmap if options.mmap else open_resident    # no mmap: huge-page memory
     engine = Engine.open(path, options, kernels, opener, with_tokenizer)
     if quick_start and options.backend is None:
         from .simd.quick_start import settle     # numba's now, or compiling in the background

@@ -1,7 +1,8 @@
 """mmap loading: tensors of APR v2, GGUF and SafeTensors files come back as zero-copy
 views of one mapping, with the same bytes as the ordinary reader; opening reads only the
 header and index; compressed APR tensors still decode; a model loaded through the mmap
-opener gives the same logits as one read from the file."""
+opener gives the same logits as one read from the file. The resident source (the file read
+into huge-page memory) serves the same bytes as writable views of one 2 MiB aligned buffer."""
 import os
 
 import numpy as np
@@ -16,7 +17,7 @@ from apr_core.formats.safetensors import write_safetensors
 from apr_core.model import Transformer
 from apr_core.quant import quantize
 from apr_core.tensor import RawTensor
-from apr_native.mmap_source import MmapSource, open_mmap
+from apr_native.mmap_source import HUGE_PAGE, MmapSource, ResidentSource, open_mmap, open_resident
 from synthetic_models import write_gguf_model
 
 pytestmark = pytest.mark.native
@@ -106,3 +107,43 @@ def test_model_through_mmap_gives_the_same_logits(tmp_path):
     mapped_model = Transformer.from_path(path, opener=open_mmap)
     assert all(isinstance(block.linears["q"].data, np.ndarray) for block in mapped_model.blocks)
     assert np.array_equal(mapped_model.forward(ids), plain)
+
+
+@pytest.mark.parametrize("kind", ["gguf", "safetensors", "apr", "apr-zstd"])
+def test_resident_source_serves_the_same_bytes(kind, tmp_path):
+    path = write(kind, tmp_path / "m.bin")
+    with open_model(path) as plain, open_resident(path) as resident:
+        assert isinstance(resident.source, ResidentSource)
+        whole = resident.source.view(0, resident.source.size)
+        assert whole.ctypes.data % HUGE_PAGE == 0 or not hasattr(__import__("mmap"),
+                                                                 "MAP_ANONYMOUS")
+        assert whole.tobytes() == open(path, "rb").read()
+        for name in plain.tensors:
+            got = resident.read_raw(name).data
+            assert bytes(got) == plain.read_raw(name).data, name
+            if isinstance(got, np.ndarray) and kind != "apr-zstd":
+                assert got.flags.writeable and np.shares_memory(got, whole), name
+
+
+def test_resident_missing_file_and_logits(tmp_path):
+    with pytest.raises(AprError) as err:
+        open_resident(str(tmp_path / "absent.gguf"))
+    assert err.value.code is ErrorCode.IO
+    path = str(tmp_path / "tiny.gguf")
+    write_gguf_model(path, quant="Q4_0")
+    ids = [1, 5, 9, 2]
+    plain = Transformer.from_path(path).forward(ids)
+    resident = Transformer.from_path(path, opener=open_resident)
+    assert np.array_equal(resident.forward(ids), plain)
+
+
+def test_engine_without_mmap_reads_into_resident_memory(tmp_path):
+    from apr_native.engine import EngineOptions, load_engine
+    path = str(tmp_path / "tiny.gguf")
+    write_gguf_model(path, quant="Q4_0")
+    ids = [1, 5, 9, 2]
+    mapped = load_engine(path, EngineOptions(backend="numpy"), with_tokenizer=False)
+    read = load_engine(path, EngineOptions(backend="numpy", mmap=False), with_tokenizer=False)
+    weights = read.transformer.blocks[0].linears["q"].data
+    assert isinstance(weights, np.ndarray) and weights.flags.writeable   # not bytes-backed
+    assert np.array_equal(read.transformer.forward(ids), mapped.transformer.forward(ids))
