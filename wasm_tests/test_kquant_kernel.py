@@ -198,3 +198,27 @@ def test_every_finite_half_scale_widens_exactly(kernels, relaxed):
     # and the replay's widening is numpy's: y = 32 d up to the float32 steps
     d = finite.view("<f2").astype(np.float64)
     assert (np.abs(got[0] - 32 * d) <= 1e-6 * np.abs(32 * d)).all()
+
+
+@KERNELS
+@pytest.mark.parametrize("name", ["Q4_1", "Q4_K"])
+def test_every_half_scale_and_min_widens_exactly(kernels, relaxed, name):
+    """Types with mins: matmul_r.c widens a row's d and dmin together (halves2), four rows
+    at a time, groups with an infinity or NaN through the general path. Every finite
+    pattern as d and as dmin, then a sample of the non-finite ones among finite rows,
+    through the kernel and its replay (a NaN where the replay has one)."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype("<u2")
+    finite = patterns[np.isfinite(patterns.view("<f2"))]
+    special = patterns[~np.isfinite(patterns.view("<f2"))][::61]
+    d = np.concatenate([finite, finite[::-1], special, finite[:special.size]])
+    m = np.concatenate([finite[::-1], finite, finite[-special.size:], special])
+    width, (d_at, m_at) = {"Q4_1": (20, (0, 2)), "Q4_K": (144, (0, 2))}[name]
+    blocks = np.full((d.size, width), 0x21, np.uint8)
+    blocks[:, d_at:d_at + 2] = d[:, None].view(np.uint8)
+    blocks[:, m_at:m_at + 2] = m[:, None].view(np.uint8)
+    cols = 32 if name == "Q4_1" else 256
+    x = activations(1, cols, seed=11)
+    got = run_kernel(kernels, blocks.reshape(-1), name, (d.size, cols), x, relaxed=relaxed)
+    want = emulate(blocks.reshape(-1), name, (d.size, cols), x, relaxed=relaxed)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), np.flatnonzero(~same)[:8]

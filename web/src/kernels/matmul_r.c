@@ -14,10 +14,15 @@
  * logit gap) from "The capital of France is Paris." to "L'Étoile, la Marseillaise, ..."; the
  * residual term keeps `apr run`'s answer.
  * Dots: a block's code bytes u (0..63 for every type but Q8_0: a valid 7-bit operand) meet q1
- * and q2 in `i32x4.relaxed_dot_i8x16_i7x16_add_s`, one instruction per 16 columns and term,
- * where matmul_k.c widens codes to int16 and takes four int16 dots; for such operands every
- * engine computes the exact dot (its only freedom is how it reads a second operand with the
- * top bit set; on x86 a pmaddubsw, whose pair sums stay below 2^15 here). Q8_0's signed bytes
+ * and q2 in `i16x8.relaxed_dot_i8x16_i7x16_s`, one instruction per 16 columns and term (on
+ * x86 one pmaddubsw, where the i32 form `i32x4.relaxed_dot_i8x16_i7x16_add_s` is three
+ * without AVX-VNNI: the i16 form measured 0.8x its time per SmolLM2 layer in Chromium at
+ * --isa avx2), where matmul_k.c widens codes to int16 and takes four int16 dots; for such
+ * operands every engine computes the exact dot (its only freedom is how it reads a second
+ * operand with the top bit set, and whether a pair sum saturates: here |u q| <= 63 * 128, so
+ * a pair stays <= 16128 and the two halves of a 32-column block <= 32256, all exact in
+ * int16); the int16 sums then widen exactly to int32 (`i32x4.dot_i16x8_s` by 256 for q1,
+ * `extadd_pairwise` for q2). Q8_0's signed bytes
  * are widened to int16 and meet c in `i32x4.dot_i16x8_s` (four dots, not the eight relaxed
  * ones that its sign would take). Per sub-block (32 columns, or 16 for Q2_K, Q3_K and Q6_K),
  * with d = dx / 256, in float32 and in this order:
@@ -84,15 +89,14 @@ void quantize_x8(const float* x, int nb, int T, int8_t* x8, float* sc) {
   }
 }
 
-#define DOT(a, b, c) wasm_i32x4_relaxed_dot_i8x16_i7x16_add(a, b, c)
+#define DOT(a, b) wasm_i16x8_relaxed_dot_i8x16_i7x16(a, b)
 
 /* One term's codes (a: columns 0..15, 16..31) against a row's code bytes u over columns
- * 16 h .. 16 h + 15 (h = 0, 1) or all 32 (h = 2): i32x4 partial sums. */
+ * 16 h .. 16 h + 15 (h = 0, 1) or all 32 (h = 2): i16x8 partial sums (exact: see above). */
 INLINE v128_t term_dot(const v128_t* a, const v128_t* u, int h) {
-  v128_t zero = wasm_i32x4_splat(0);
-  if (h == 0) return DOT(a[0], u[0], zero);
-  if (h == 1) return DOT(a[1], u[1], zero);
-  return DOT(a[1], u[1], DOT(a[0], u[0], zero));
+  if (h == 0) return DOT(a[0], u[0]);
+  if (h == 1) return DOT(a[1], u[1]);
+  return wasm_i16x8_add(DOT(a[0], u[0]), DOT(a[1], u[1]));
 }
 
 /* Four rows' exact integer sums over columns 16 h .. 16 h + 15 (h = 0, 1) or all 32 (h = 2)
@@ -109,11 +113,40 @@ INLINE v128_t block_sums(int kind, const Block* k, const v128_t q[4], const v128
           wasm_i32x4_add(wasm_i32x4_dot_i16x8(k[r].c[0], c[0]), wasm_i32x4_dot_i16x8(k[r].c[1], c[1])),
           wasm_i32x4_add(wasm_i32x4_dot_i16x8(k[r].c[2], c[2]), wasm_i32x4_dot_i16x8(k[r].c[3], c[3])));
     } else {
-      d[r] = wasm_i32x4_add(wasm_i32x4_shl(term_dot(q, k[r].u, h), 8), term_dot(q + 2, k[r].u, h));
+      d[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(term_dot(q, k[r].u, h), wasm_i16x8_splat(256)),
+                            wasm_i32x4_extadd_pairwise_i16x8(term_dot(q + 2, k[r].u, h)));
     }
   }
   v128_t s = reduce4(d[0], d[1], d[2], d[3]);
   return k[0].off ? wasm_i32x4_sub(s, wasm_i32x4_splat(k[0].off * isum)) : s;
+}
+
+/* halves() of the low (*lo) and high (*hi) 16 bits of every lane of `v`, bit for bit: the
+ * same steps on both halves at once (a row's d and dmin, adjacent in every type with mins,
+ * come in one 32-bit read); lanes with an infinity or NaN (exponent 31) take halves(). */
+INLINE void halves2(v128_t v, v128_t* lo, v128_t* hi) {
+  v128_t special = wasm_i16x8_eq(wasm_v128_and(v, wasm_i16x8_splat(0x7c00)), wasm_i16x8_splat(0x7c00));
+  if (wasm_v128_any_true(special)) {
+    *lo = halves(wasm_v128_and(v, wasm_i32x4_splat(0xffff)));
+    *hi = halves(wasm_u32x4_shr(v, 16));
+    return;
+  }
+  v128_t mag = wasm_v128_and(v, wasm_i16x8_splat(0x7fff));
+  v128_t sign = wasm_v128_and(v, wasm_i16x8_splat((int16_t)0x8000));
+  v128_t low = wasm_u32x4_shr(wasm_i32x4_shl(mag, 16), 3);                       /* << 13 */
+  v128_t high = wasm_v128_and(wasm_u32x4_shr(mag, 3), wasm_i32x4_splat(0x0fffe000));  /* >> 16 << 13 */
+  *lo = wasm_v128_or(wasm_f32x4_mul(low, wasm_f32x4_splat(0x1p112f)), wasm_i32x4_shl(sign, 16));
+  *hi = wasm_v128_or(wasm_f32x4_mul(high, wasm_f32x4_splat(0x1p112f)),
+                     wasm_v128_and(sign, wasm_i32x4_splat((int32_t)0x80000000)));
+}
+
+/* lanes(k, 0, h) and lanes(k, 1, h) of a type with mins: d and dmin widened together. */
+INLINE void scale_min_lanes(const Block* k, int h, v128_t* scale, v128_t* min) {
+  v128_t d, dmin;
+  halves2(wasm_i32x4_make(k[0].d | k[0].dmin << 16, k[1].d | k[1].dmin << 16,
+                          k[2].d | k[2].dmin << 16, k[3].d | k[3].dmin << 16), &d, &dmin);
+  *scale = wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(wasm_i32x4_make(k[0].sc[h], k[1].sc[h], k[2].sc[h], k[3].sc[h])));
+  *min = wasm_f32x4_mul(dmin, wasm_f32x4_convert_i32x4(wasm_i32x4_make(k[0].mn[h], k[1].mn[h], k[2].mn[h], k[3].mn[h])));
 }
 
 /* One kind's rows [first, last), four at a time (group_rows): `acc` and `macc` are [T]
@@ -138,10 +171,16 @@ INLINE void rows_of(int kind, const uint8_t* w, const int8_t* x8, const float* s
         decode(kind, row[i], b, &k[i]);
         if (kind == Q8_0) widen_codes(&k[i]);
       }
-      v128_t scale0 = lanes(k, 0, 0);
-      v128_t scale1 = sixteen ? lanes(k, 0, 1) : scale0;
-      v128_t min0 = mins ? lanes(k, 1, 0) : scale0;
-      v128_t min1 = mins && sixteen ? lanes(k, 1, 1) : scale0;
+      v128_t scale0, scale1, min0, min1;
+      if (mins) {
+        scale_min_lanes(k, 0, &scale0, &min0);
+        if (sixteen) scale_min_lanes(k, 1, &scale1, &min1);
+        else scale1 = scale0, min1 = scale0;
+      } else {
+        scale0 = lanes(k, 0, 0);
+        scale1 = sixteen ? lanes(k, 0, 1) : scale0;
+        min0 = min1 = scale0;
+      }
       for (int t = 0; t < T; t++) {
         int at = t * nb + b;
         const int8_t* codes = x8 + CODE_BYTES * at;
