@@ -15,10 +15,10 @@ sum) (d xd)` (one FMA a block, as the one-token dot), rows G..2G-1 the Q4_K min 
 `mins += (dmin mn_j) xs_j` (Q6_K: untouched).
 
 Why: a prompt's projections (prefill) multiplied the rows dequantized to float32 with
-every token, ~4 float32 FMAs per weight and token; here a weight and token cost a
-sixteenth of a pmaddubsw and of a pmaddwd (the run's codes, scales and loads are shared
-by the group), as llama.cpp's Q8_K prefill, and speculative verification takes the very
-dots decode takes.
+every token, an FMA lane per weight and token (8 a vector) after the dequantizing; here
+a weight and token cost a thirty-second of a pmaddubsw, of a pmaddwd and of an add (the
+run's codes and scales are unpacked once for the group), as llama.cpp's Q8_K prefill
+does, and speculative verification takes the very dots decode takes.
 """
 from __future__ import annotations
 
