@@ -51,23 +51,29 @@ CODEC_MASK = 0x0F
 class MmapSource(ByteSource):
     """A file mapped read-only (copy-on-write) into memory."""
 
+    VERB = "map"                    # what `_load` does, for the error message
+
     def __init__(self, path: Any) -> None:
         super().__init__()
         self.name = os.fspath(path)
         try:
             with open(self.name, "rb") as handle:
                 self._size = os.fstat(handle.fileno()).st_size
-                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY) \
-                    if self._size else None
+                self._array = self._load(handle)                    # [size] uint8
         except FileNotFoundError:
             raise AprError(ErrorCode.IO, "file not found", path=self.name)
         except IsADirectoryError:
             raise AprError(ErrorCode.IO, "is a directory, not a file", path=self.name)
         except (OSError, ValueError) as exc:
-            raise AprError(ErrorCode.IO, "cannot map file: {}".format(exc), path=self.name)
-        self._array = np.frombuffer(self._map, np.uint8) if self._map is not None \
-            else np.zeros(0, np.uint8)                              # [size] uint8
+            raise AprError(ErrorCode.IO, "cannot {} file: {}".format(self.VERB, exc),
+                           path=self.name)
         self._zero_copy: Set[Tuple[int, int]] = set()
+
+    def _load(self, handle: Any) -> np.ndarray:
+        """The open file's `self._size` bytes as a `uint8` array (here: mapped)."""
+        if not self._size:
+            return np.zeros(0, np.uint8)
+        return np.frombuffer(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY), np.uint8)
 
     @property
     def size(self) -> int:
@@ -102,29 +108,18 @@ class ResidentSource(MmapSource):
     """The whole file read into anonymous memory, 2 MiB aligned and advised into huge
     pages (MADV_HUGEPAGE, where the platform has it), served like `MmapSource`."""
 
-    def __init__(self, path: Any) -> None:
-        ByteSource.__init__(self)
-        self.name = os.fspath(path)
-        try:
-            with open(self.name, "rb") as handle:
-                self._size = os.fstat(handle.fileno()).st_size
-                buffer = _huge_buffer(self._size)
-                done = 0
-                while done < self._size:
-                    got = handle.readinto(memoryview(buffer[done:done + READ_CHUNK]))
-                    if not got:
-                        raise AprError(ErrorCode.IO, "file shrank while being read",
-                                       path=self.name, size=self._size, read=done)
-                    done += got
-        except FileNotFoundError:
-            raise AprError(ErrorCode.IO, "file not found", path=self.name)
-        except IsADirectoryError:
-            raise AprError(ErrorCode.IO, "is a directory, not a file", path=self.name)
-        except OSError as exc:
-            raise AprError(ErrorCode.IO, "cannot read file: {}".format(exc), path=self.name)
-        self._map = None
-        self._array = buffer                                        # [size] uint8
-        self._zero_copy = set()
+    VERB = "read"
+
+    def _load(self, handle: Any) -> np.ndarray:
+        buffer = _huge_buffer(self._size)
+        done = 0
+        while done < self._size:
+            got = handle.readinto(memoryview(buffer[done:done + READ_CHUNK]))
+            if not got:
+                raise AprError(ErrorCode.IO, "file shrank while being read",
+                               path=self.name, size=self._size, read=done)
+            done += got
+        return buffer
 
 
 def _huge_buffer(size: int) -> np.ndarray:

@@ -306,6 +306,11 @@ export class SimdMatmul {
     return { y, yBytes };
   }
 
+  /** `_compute` on x `[T, cols]` float32 at `xAddress` in the Python heap. */
+  _computeAt(planId, cols, T, xAddress) {
+    return this._compute(planId, cols, T, this.heap().subarray(xAddress, xAddress + 4 * T * cols));
+  }
+
   /** `_compute` on x in kernel memory (a Float32Array `[T, cols]` outside the scratch):
    * where the outputs lie (decoderLayer). */
   computeFrom(planId, cols, T, X) {
@@ -338,14 +343,14 @@ export class SimdMatmul {
    * one call between Python and JavaScript for the whole group.
    */
   run(planId, cols, T, xAddress, yAddress) {
-    const { y, yBytes } = this._compute(planId, cols, T, this.heap().subarray(xAddress, xAddress + T * cols * 4));
+    const { y, yBytes } = this._computeAt(planId, cols, T, xAddress);
     this.heap().set(new Uint8Array(this.memory.buffer, y, yBytes), yAddress);
   }
 
   /** A [gate, up] plan, then `act(gate) * up` `[T, rows]` written at `outAddress`; `act`
    * is one of GATES (fused.js): "silu" or "gelu_tanh". */
   runGlu(planId, cols, T, xAddress, outAddress, act = "silu") {
-    const { y, yBytes } = this._compute(planId, cols, T, this.heap().subarray(xAddress, xAddress + T * cols * 4));
+    const { y, yBytes } = this._computeAt(planId, cols, T, xAddress);
     const n = yBytes >> 3;
     const memory = this.memory.buffer;
     GATES[act](new Float32Array(memory, y, n), new Float32Array(memory, y + 4 * n, n),
