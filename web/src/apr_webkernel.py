@@ -253,6 +253,7 @@ class WasmFused:
         usable = self._matmul.usable
         if (act not in GATES or gate.bias is not None or up.bias is not None
                 or gate.weight is not None or up.weight is not None
+                or gate.data is None or up.data is None          # LoRA-adapted: matmul
                 or gate.shape != up.shape or not usable(gate.dtype, gate.shape)
                 or not usable(up.dtype, up.shape)):
             return matmul_glu(gate, up, x, act)
@@ -312,7 +313,9 @@ class WasmFused:
         q, k, v, o, gate, up, down = linears
         shapes = [(cfg.q_dim, cfg.d_model), (cfg.kv_dim, cfg.d_model), (cfg.kv_dim, cfg.d_model),
                   (cfg.d_model, cfg.q_dim), up.shape, up.shape, (cfg.d_model, up.shape[0])]
-        if (any(l.weight is not None or l.kernels.backend != BACKEND or l.shape != shape
+        # data None: no stored blocks to plan (a LoRA AdaptedLinear adds its terms in matmul)
+        if (any(l.weight is not None or l.data is None or l.kernels.backend != BACKEND
+                or l.shape != shape
                 or not self._matmul.usable(l.dtype, l.shape) for l, shape in zip(linears, shapes))
                 or gate.bias is not None or up.bias is not None
                 or up.shape[1] != cfg.d_model or cfg.n_heads % cfg.n_kv_heads):
