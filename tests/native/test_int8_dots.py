@@ -110,6 +110,29 @@ def test_many_tokens_equal_each_token_alone(name):
         _same_bits(got, want[:tokens])
 
 
+def test_q6_k_extreme_codes_and_activations_keep_their_bits():
+    """Q6_K codes at -32 and 31 only, group scales at -128 and 127 and activation codes at
+    +-127: the group dots take the activations offset (x + 128, up to 255, pmaddubsw's
+    widest pairs) and take the codes' excess off again; any slip in that excess, or a
+    saturated pair, would change the bits."""
+    rng = np.random.default_rng(5)
+    rows, n = 6, 512
+    blocks = rng.choice(np.array([0, 255], np.uint8), (rows * 2, 210))  # ql, qh: 0 or ~0
+    blocks[0::6, :192], blocks[1::6, :192] = 0, 255                      # all -32, all 31
+    blocks[:, 192:208] = rng.choice(np.array([128, 127], np.uint8), (rows * 2, 16))
+    blocks[0::6, 192:208], blocks[1::6, 192:208] = 128, 127
+    blocks[:, 208:210] = np.full(rows * 2, 0.5, np.float16).view(np.uint8).reshape(-1, 2)
+    data = blocks.reshape(-1)
+    x = rng.choice(np.array([-1.0, 1.0], np.float32), (13, n))          # codes +-127
+    x[0], x[1] = 1.0, -1.0
+    xq, xd, xs = quantize_x8(x, KRUN)
+    assert np.abs(xq).min() == 127
+    kind, nb, row_bytes = cpu.layout("Q6_K", (rows, n))
+    got = np.full((13, rows), np.nan, np.float32)
+    int8_token_rows(kind, data, 0, 0, rows, nb, row_bytes, xq, xd, xs, got, 0)
+    _same_bits(got, _replay("Q6_K", data, rows, x))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_prompts_on_an_int8_pool_equal_the_replay(threads):
     """With ACT8 set, a prompt's projections (`pool.products`, T above the dots' limit),

@@ -34,17 +34,23 @@ def _at(builder, base, offset):
     return builder.add(base, ir.Constant(base.type, offset))
 
 
+def _loader(context, builder, arrty, w, p):
+    """The byte loader `load(offset, n)` (`<n x i8>` at `w[p + offset:]`) of the block at
+    byte `p` of the uint8 array `w` (numba type `arrty`)."""
+    w_ptr = _ptr(context, builder, arrty, w, ir.Constant(I32, 0))
+
+    def load(offset, n):
+        return _load(builder, builder.gep(w_ptr, [_at(builder, p, offset)]), n)
+    return load
+
+
 def _block_sum(context, builder, signature, args, runs):
     """`acc + s * float32(sum of runs)` for an intrinsic `(w, p, xq, xo, s, acc)`; `runs`
     yields (codes `<32 x i8>`, signed, scales `<16 x i16>`, run index) for the block at
     `w[p:]`, given a byte loader `load(offset, n)`."""
     w, p, xq, xo, s, acc = args
-    w_ptr = _ptr(context, builder, signature.args[0], w, ir.Constant(I32, 0))
+    load = _loader(context, builder, signature.args[0], w, p)
     x_ptr = _ptr(context, builder, signature.args[2], xq, xo)
-
-    def load(offset, n):
-        return _load(builder, builder.gep(w_ptr, [_at(builder, p, offset)]), n)
-
     total = None
     for codes, signed, scales, r in runs(load):
         x = _load(builder, builder.gep(x_ptr, [ir.Constant(I32, 32 * r)]), 32, I8)

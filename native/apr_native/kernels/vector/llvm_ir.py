@@ -110,10 +110,12 @@ def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, args) -> ir.Value:
 
 
 def _byte_words(builder: ir.IRBuilder, codes: ir.Value, x: ir.Value, signed: bool) -> ir.Value:
-    """`<n x i8>` codes (non-negative unless `signed`, |code| <= 128) times `<n x i8>`
-    activations (|x| <= 127), adjacent products summed: `<n/2 x i16>`, lane j = elements
-    2j, 2j + 1 (exact: the pair sums stay below pmaddubsw's saturation). AVX2: psignb
-    (signed codes' signs moved onto the activations) + pmaddubsw; elsewhere generic IR."""
+    """`<n x i8>` codes (unsigned bytes unless `signed`) times `<n x i8>` signed `x`,
+    adjacent products summed: `<n/2 x i16>`, lane j = elements 2j, 2j + 1, exact while
+    each pair sum fits int16 (pmaddubsw saturates): |code| <= 128 with activations |x| <=
+    127, or the Q6_K group dots' offset activations (<= 255) as the unsigned codes times
+    weight codes |x| <= 32. AVX2: psignb (signed codes' signs moved onto `x`) +
+    pmaddubsw; elsewhere generic IR."""
     n = codes.type.count
     if _BYTE_DOTS:
         sfx, tail = ("avx2", "") if n == 32 else ("ssse3", ".128")
