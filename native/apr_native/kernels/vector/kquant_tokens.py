@@ -76,7 +76,9 @@ def _group_dot(runs_of, with_mins: bool, group: int, name: str):
     tokens: Q4_K with its min terms (`with_mins`), else Q6_K (offset activations, the
     block's excess subtracted)."""
     def codegen(context, builder, signature, args):
-        w, p, d, dmin, xq, xo, x_stride, xd, xs, so, s_stride, acc, ao = args
+        # the 4th and 9th arguments: Q4_K's dmin and run sums xs, Q6_K's excess offset and
+        # table (its bo and bias)
+        w, p, d, fourth, xq, xo, x_stride, xd, ninth, so, s_stride, acc, ao = args
         sig = signature.args
         load = _loader(context, builder, sig[0], w, p)
         x_ptr = _ptr(context, builder, sig[4], xq, xo)
@@ -90,16 +92,17 @@ def _group_dot(runs_of, with_mins: bool, group: int, name: str):
                          else _byte_words(builder, codes, x, False))
                 part = _madd_words(builder, words, scales)
                 totals[g] = part if totals[g] is None else builder.add(totals[g], part)
-        if not with_mins:                       # Q6_K: dmin, xs are the bias offset, table
-            excess = _load(builder, _ptr(context, builder, sig[8], xs, dmin), 8, I32)
+        if with_mins:                           # Q4_K: dmin, run sums
+            dmin = _splat(builder, context.cast(builder, fourth, sig[3], types.float32), 8)
+            mn = _k4_codes(builder, load(4, 16))[1]
+            xs_ptr = _ptr(context, builder, sig[8], ninth, so)
+        else:                                   # Q6_K: the block's excess bias[bo:bo + 8]
+            excess = _load(builder, _ptr(context, builder, sig[8], ninth, fourth), 8, I32)
             totals = [builder.sub(total, excess) for total in totals]
         d = context.cast(builder, d, sig[2], types.float32)
-        dmin = _splat(builder, context.cast(builder, dmin, sig[3], types.float32), 8)
-        mn = _k4_codes(builder, load(4, 16))[1] if with_mins else None
         acc_ptr = builder.bitcast(_ptr(context, builder, sig[11], acc, ao),
                                   _vec(F32, 8).as_pointer())
         xd_ptr = _ptr(context, builder, sig[7], xd, so)
-        xs_ptr = _ptr(context, builder, sig[8], xs, so)
         for g in range(group):
             at = builder.mul(s_stride, ir.Constant(s_stride.type, g))
             s = builder.fmul(d, builder.load(builder.gep(xd_ptr, [at])))       # d * xd
@@ -115,9 +118,10 @@ def _group_dot(runs_of, with_mins: bool, group: int, name: str):
                 builder.store(builder.fadd(builder.load(slot, align=4), term), slot, align=4)
         return context.get_dummy_value()
 
-    def typer(typingctx, w, p, d, dmin, xq, xo, x_stride, xd, xs, so, s_stride, acc, ao):
-        return (types.void(w, p, d, dmin, xq, xo, x_stride, xd, xs, so, s_stride, acc, ao),
-                codegen)
+    def typer(typingctx, w, p, d, fourth, xq, xo, x_stride, xd, ninth, so, s_stride, acc,
+              ao):
+        return (types.void(w, p, d, fourth, xq, xo, x_stride, xd, ninth, so, s_stride, acc,
+                           ao), codegen)
     typer.__name__ = typer.__qualname__ = name
     return intrinsic(typer)
 
