@@ -63,11 +63,8 @@ def _make_codes(layout, name: str, offset: int, count: int):
         w_ptr = _ptr(context, builder, signature.args[0], args[0], ir.Constant(I32, 0))
         extra = block_ir._lower_args(builder, kinds, args[1:1 + len(kinds)])
         if _PMADDWD is not None and layout in block_ir.WORD_LAYOUTS:
-            lo, hi = block_ir.WORD_LAYOUTS[layout](builder, w_ptr, extra)
-            codes = builder.shuffle_vector(lo, hi, _const(I32, range(32)))
-            if offset:
-                codes = builder.sub(codes, _const(I16, [offset] * 32))
-            return codes
+            lo, hi = block_ir.WORD_LAYOUTS[layout](builder, w_ptr, extra, offset)
+            return builder.shuffle_vector(lo, hi, _const(I32, range(32)))
         build = block_ir._minus(offset, layout) if offset else layout
         return builder.sext(build(builder, w_ptr, extra), _vec(I16, count))
 
