@@ -154,6 +154,16 @@ def nib16(builder, w, args):
     return builder.shuffle_vector(lo, hi, _const(I32, range(32)))
 
 
+def _byte_shuffle(builder: ir.IRBuilder, v: ir.Value, picks) -> ir.Value:
+    """`<32 x i8>` v's bytes picked within each 128-bit half (`picks[k]` the byte of k's
+    half, -1 a zero) as `<16 x i16>`: one vpshufb, kept opaque (inline asm) so that LLVM
+    cannot turn it back into the lane-crossing extension it amounts to."""
+    mask = _const(I8, [-128 if p < 0 else p % 16 for p in picks])
+    asm = ir.InlineAsm(ir.FunctionType(_vec(I8, 32), [_vec(I8, 32)] * 2),
+                       "vpshufb $2, $1, $0", "=x,x,x")
+    return builder.bitcast(builder.call(asm, [v, mask]), _vec(I16, 16))
+
+
 def nib16_words(builder, w, args, offset=0):
     """nib16 for the dots, as two `<16 x i16>` halves (elements 0-15 and 16-31) minus
     `offset`: the 16 code bytes as words (word k of the low 128 bits byte k, of the high
@@ -166,10 +176,7 @@ def nib16_words(builder, w, args, offset=0):
     raw = _load(builder, builder.gep(w, [off]), 16)
     if _ASM and _BYTE_DOTS:
         both = builder.shuffle_vector(raw, raw, _const(I32, list(range(16)) * 2))
-        mask = _const(I8, [k // 2 if k % 2 == 0 else -128 for k in range(32)])
-        asm = ir.InlineAsm(ir.FunctionType(_vec(I8, 32), [_vec(I8, 32)] * 2),
-                           "vpshufb $2, $1, $0", "=x,x,x")
-        words = builder.bitcast(builder.call(asm, [both, mask]), _vec(I16, 16))
+        words = _byte_shuffle(builder, both, [k // 2 if k % 2 == 0 else -1 for k in range(32)])
     else:
         words = builder.zext(raw, _vec(I16, 16))
     halves = [builder.and_(words, _const(I16, [15] * 16)),
