@@ -32,7 +32,7 @@ from numba.extending import intrinsic, register_model
 from . import block_ir
 from .lanes16 import f32x16
 from .llvm_ir import (F32, I16, I32, _PMADDWD, _const, _fold_pairs, _fmuladd, _host_has,
-                      _load, _ptr, _vec)
+                      _load, _ptr, _splat, _vec)
 
 
 class I16xN(types.Type):
@@ -142,19 +142,27 @@ def acc_pairs(typingctx, codes, xp, xo, sarr, so, d1, d2, accs):
         codes, xp, xo, sarr, so, d1, d2, accs = args
         n = signature.args[0].count
         x0 = _ptr(context, builder, signature.args[1], xp, xo)
-        s = _load(builder, _ptr(context, builder, signature.args[3], sarr, so), 2 * pairs, F32)
-        for arg, value in ((5, d1), (6, d2)):
-            value = context.cast(builder, value, signature.args[arg], types.float32)
-            one = builder.insert_element(ir.Constant(_vec(F32, 2 * pairs), ir.Undefined),
-                                         value, ir.Constant(I32, 0))
-            s = builder.fmul(s, builder.shuffle_vector(one, one, _const(I32, [0] * 2 * pairs)))
+        s_ptr = _ptr(context, builder, signature.args[3], sarr, so)
+        d1, d2 = (context.cast(builder, value, signature.args[arg], types.float32)
+                  for arg, value in ((5, d1), (6, d2)))
+        if _PMADDWD512 is not None:          # all scales in one vector, a permute per pair
+            s = _load(builder, s_ptr, 2 * pairs, F32)
+            for value in (d1, d2):
+                s = builder.fmul(s, _splat(builder, value, 2 * pairs))
         out = accs
         for k in range(pairs):
             xa = _load(builder, builder.gep(x0, [ir.Constant(I32, 64 * k)]), 32, I16)
             xb = _load(builder, builder.gep(x0, [ir.Constant(I32, 64 * k + 32)]), 32, I16) \
                 if n == 32 else None
             sums = _two_token_sums(builder, codes, xa, xb)                  # <16 x i32>
-            scale = builder.shuffle_vector(s, s, _const(I32, [2 * k] * 8 + [2 * k + 1] * 8))
+            if _PMADDWD512 is not None:
+                scale = builder.shuffle_vector(s, s, _const(I32, [2 * k] * 8 + [2 * k + 1] * 8))
+            else:                            # per token a broadcast load and two products:
+                halves = []                  # permutes of one vector spill at 16 ymm
+                for t in range(2):
+                    v = builder.load(builder.gep(s_ptr, [ir.Constant(I32, 2 * k + t)]))
+                    halves.append(_splat(builder, builder.fmul(builder.fmul(v, d1), d2), 8))
+                scale = builder.shuffle_vector(halves[0], halves[1], _const(I32, range(16)))
             acc = _fmuladd(builder, builder.sitofp(sums, _vec(F32, 16)), scale,
                            builder.extract_value(accs, k))
             out = builder.insert_value(out, acc, k)
