@@ -29,9 +29,10 @@ from numba import types
 from numba.core import datamodel
 from numba.extending import intrinsic, register_model
 
-from .llvm_ir import (F32, I16, I32, I8, _ASM, _BYTE_DOTS, _F16C, _PMADDWD, _byte_pairs,
+from .llvm_ir import (F32, I16, I32, I8, _F16C, _PMADDWD, _byte_pairs,
                       _const, _fmuladd, _fold_pairs, _load, _pmaddwd, _ptr, _reduce_add,
                       _shift_mask, _splat, _vec)
+from .word_layouts import _lane_mask, _u32, nib16_qh_words, nib16_words
 
 
 class F32x8(types.Type):
@@ -154,48 +155,6 @@ def nib16(builder, w, args):
     return builder.shuffle_vector(lo, hi, _const(I32, range(32)))
 
 
-def _byte_shuffle(builder: ir.IRBuilder, v: ir.Value, picks) -> ir.Value:
-    """`<32 x i8>` v's bytes picked within each 128-bit half (`picks[k]` the byte of k's
-    half, -1 a zero) as `<16 x i16>`: one vpshufb, kept opaque (inline asm) so that LLVM
-    cannot turn it back into the lane-crossing extension it amounts to."""
-    mask = _const(I8, [-128 if p < 0 else p % 16 for p in picks])
-    asm = ir.InlineAsm(ir.FunctionType(_vec(I8, 32), [_vec(I8, 32)] * 2),
-                       "vpshufb $2, $1, $0", "=x,x,x")
-    return builder.bitcast(builder.call(asm, [v, mask]), _vec(I16, 16))
-
-
-def nib16_words(builder, w, args, offset=0):
-    """nib16 for the dots, as two `<16 x i16>` halves (elements 0-15 and 16-31) minus
-    `offset`: the 16 code bytes as words (word k of the low 128 bits byte k, of the high
-    128 bits byte 8 + k), masked or shifted in place, so no byte unpacking or sign
-    extension is left before pmaddwd (Q4_0: 2.62 -> 2.21 ns a block on one thread; Q4_1
-    unchanged). At AVX2 the words are a vpshufb of the bytes broadcast to both 128-bit
-    halves (one shuffle uop) rather than vpmovzxbw (lane-crossing: three cycles of the two
-    shuffle pipes at Zen 3), which LLVM picks for the same zero extension."""
-    (off,) = args
-    raw = _load(builder, builder.gep(w, [off]), 16)
-    if _ASM and _BYTE_DOTS:
-        both = builder.shuffle_vector(raw, raw, _const(I32, list(range(16)) * 2))
-        words = _byte_shuffle(builder, both, [k // 2 if k % 2 == 0 else -1 for k in range(32)])
-    else:
-        words = builder.zext(raw, _vec(I16, 16))
-    halves = [builder.and_(words, _const(I16, [15] * 16)),
-              builder.lshr(words, _const(I16, [4] * 16))]
-    if offset:
-        halves = [builder.sub(half, _const(I16, [offset] * 16)) for half in halves]
-    return halves
-
-
-def _lane_mask(builder: ir.IRBuilder, word: ir.Value) -> ir.Value:
-    """An iN word as `<N x i1>`: bit j -> lane j (on little-endian targets)."""
-    return builder.bitcast(word, _vec(ir.IntType(1), word.type.width))
-
-
-def _u32(builder: ir.IRBuilder, w: ir.Value, off: ir.Value) -> ir.Value:
-    """The (unaligned, little-endian) u32 at byte `off`."""
-    return builder.load(builder.bitcast(builder.gep(w, [off]), I32.as_pointer()), align=1)
-
-
 def nib16_qh(builder, w, args):
     """Legacy 5-bit: nib16 plus bit j of the little-endian u32 at `qh_off` as bit 4.
 
@@ -209,49 +168,6 @@ def nib16_qh(builder, w, args):
     is_set = _lane_mask(builder, _u32(builder, w, qh_off))
     high = builder.select(is_set, _const(I8, [16] * 32), _const(I8, [0] * 32))
     return builder.or_(low, high)
-
-
-def _fifth_bit_words(builder: ir.IRBuilder, offset: int) -> ir.Value:
-    """The module's constant table `[256 x <8 x i16>]`: entry b, lane j is 16 - `offset`
-    where bit j of b is set, else -`offset` (a qh byte's fifth bits as words, the type's
-    offset folded in)."""
-    name = "apr_fifth_bit_words_{}".format(offset)
-    table = builder.module.globals.get(name)
-    if table is None:
-        ty = ir.ArrayType(_vec(I16, 8), 256)
-        table = ir.GlobalVariable(builder.module, ty, name)
-        table.global_constant = True
-        table.linkage = "internal"
-        table.align = 16
-        table.initializer = ir.Constant(ty, [
-            _const(I16, [(16 if b >> j & 1 else 0) - offset for j in range(8)])
-            for b in range(256)])
-    return table
-
-
-def nib16_qh_words(builder, w, args, offset=0):
-    """nib16_qh for the dots, as two `<16 x i16>` halves minus `offset`: nib16_words plus,
-    per 8 lanes, the entry of `_fifth_bit_words` its qh byte selects.
-
-    A lookup, not arithmetic: spreading a 16-bit qh half over 16 word lanes took a move,
-    a broadcast, an and, a compare, an and and an or per half at AVX2 (11 of a Q5_0
-    block's 23 vector uops, llvm-mca Zen 3, most on the two shuffle pipes), where two
-    table loads, one insert and one add do it (the offset is in the table). The codes, so
-    every product and sum, are the same."""
-    off, qh_off = args
-    halves = nib16_words(builder, w, (off,))
-    table = _fifth_bit_words(builder, offset)
-    zero = ir.Constant(I32, 0)
-    out = []
-    for i, half in enumerate(halves):
-        words = []
-        for k in (2 * i, 2 * i + 1):
-            at = builder.add(qh_off, ir.Constant(qh_off.type, k))
-            byte = builder.zext(builder.load(builder.gep(w, [at])), I32)
-            words.append(builder.load(builder.gep(table, [zero, byte]), align=16))
-        out.append(builder.add(half, builder.shuffle_vector(words[0], words[1],
-                                                            _const(I32, range(16)))))
-    return out
 
 
 def i8x32(builder, w, args):

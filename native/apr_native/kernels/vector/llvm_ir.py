@@ -165,6 +165,11 @@ def _asm_ready() -> bool:
 _ASM = _asm_ready()
 _F16C = _host_has("f16c") and _ASM
 
+# AVX2 without AVX-512: the word layouts take the forms that spare the two shuffle pipes
+# (`block_ir.nib16_words`, `nib16_qh_words`); an AVX-512 host keeps the mask-register forms
+# it was tuned and measured with.
+_AVX2_WORDS = _host_has("avx2") and not _host_has("avx512bw") and _ASM
+
 
 def _reduce_add(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     name = "llvm.vector.reduce.add.v{}i32".format(v.type.count)
