@@ -88,7 +88,7 @@ def nib16_qh_words(builder, w, args, offset=0):
     table loads, one insert and one add do it (the offset is in the table). The codes, so
     every product and sum, are the same."""
     off, qh_off = args
-    if not _AVX2_WORDS:                     # AVX-512: a mask move and a masked blend a half
+    if not _AVX2_WORDS:           # AVX-512 (a mask move and a masked blend a half), generic
         qh = _u32(builder, w, qh_off)
         out = []
         for i, half in enumerate(nib16_words(builder, w, (off,))):
