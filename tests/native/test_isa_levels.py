@@ -59,10 +59,25 @@ def test_a_level_never_grants_what_the_host_or_the_level_lacks(monkeypatch):
 def test_the_simd_library_is_compiled_for_the_level(monkeypatch):
     from apr_native.simd import build
     monkeypatch.setenv(isa.ENV, "avx2")
-    avx2 = build.flags()
-    assert "-march=x86-64-v3" in avx2 and "-march=native" not in avx2
+    assert build.flags(["cc"])[-1] == "-march=x86-64-v3"          # GCC's (and clang's) name
+    zig = build.flags([sys.executable, "-m", "ziglang", "cc"])
+    assert zig[-1] == "-march=x86_64_v3"                           # zig's
     monkeypatch.delenv(isa.ENV)
-    assert "-march=native" in build.flags()
+    assert build.flags(["cc"])[-1] == "-march=native"
+    assert build.flags([sys.executable, "-m", "ziglang", "cc"])[-1] == "-march=native"
+
+
+def test_the_simd_library_builds_at_every_level_the_host_has(monkeypatch, tmp_path):
+    """With the installed compiler (zig's clang where `ziglang` is installed, as in CI): a
+    level's -march spelled the compiler's way (zig refused GCC's x86-64-v3, so a run at
+    APR_ISA=avx2 fell back to compiling numba's kernels in the foreground every time)."""
+    from apr_native.simd import build
+    assert build.can_build(), "a C compiler is part of the native setup"
+    monkeypatch.setenv("APR_CACHE", str(tmp_path))
+    for level in [name for name in TESTED if name in isa.available()]:
+        monkeypatch.setenv(isa.ENV, level)
+        path = build.library()
+        assert path is not None and os.path.getsize(path) > 0, level
 
 
 def _probe(level, paths):

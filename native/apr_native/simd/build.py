@@ -48,10 +48,18 @@ def compiler() -> Optional[List[str]]:
     return [found] if found else None
 
 
-def flags() -> List[str]:
-    """The compiler flags: FLAGS and the instruction level's -march."""
+def flags(command: Optional[List[str]] = None) -> List[str]:
+    """The compiler flags for `command` (default `compiler()`): FLAGS and the instruction
+    level's -march. zig's clang names the x86-64 levels as LLVM's CPUs do in zig
+    (x86_64_v3) and refuses GCC's spelling (-march=x86-64-v3: "unknown CPU: 'x86'"), so
+    for zig the name's hyphens become underscores."""
     from .. import isa
-    return FLAGS + list(isa.march())
+    march = list(isa.march())
+    command = compiler() if command is None else command
+    if command and any("ziglang" in part for part in command):
+        march = [flag.replace("-", "_").replace("_march=", "-march=", 1)
+                 if flag.startswith("-march=") else flag for flag in march]
+    return FLAGS + march
 
 
 def can_build() -> bool:
@@ -79,7 +87,7 @@ def _key(command: List[str]) -> str:
             digest.update(name.encode() + b"\0" + handle.read())
     with open(os.path.join(HERE, "wasm_simd128.h"), "rb") as handle:
         digest.update(handle.read())
-    digest.update(" ".join(flags() + command[1:]).encode() + cpu_signature())
+    digest.update(" ".join(flags(command) + command[1:]).encode() + cpu_signature())
     return digest.hexdigest()[:24]
 
 
@@ -120,7 +128,7 @@ def _compile(command: List[str], path: str) -> None:
     os.close(fd)
     try:
         done = subprocess.run(
-            command + flags() + ["-I", HERE, "-o", scratch]
+            command + flags(command) + ["-I", HERE, "-o", scratch]
             + [os.path.join(kernel_dir(), name) for name in SOURCES],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
