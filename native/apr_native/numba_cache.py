@@ -27,6 +27,7 @@ PYTHON_TAG = ".py%d%d" % sys.version_info[:2]        # as numba's own cache file
 # Settings that change the machine code numba compiles (its own keys include the target
 # CPU): an instruction level asked for, or numba's CPU name and features set directly.
 TARGET_ENV = ("APR_ISA", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
+NUMBA_TARGET_ENV = TARGET_ENV[1:]
 
 
 def package_stamp() -> str:
@@ -82,9 +83,19 @@ def _marker() -> Optional[str]:
     digest = hashlib.sha256()
     for part in (package_stamp().encode(), numba_version, cpu_signature()):
         digest.update(part + b"\0")
-    for name in TARGET_ENV:                     # what numba compiles for, when not the host
-        digest.update(os.environ.get(name, "").encode() + b"\0")
+    digest.update(_target())
     return os.path.join(cache_path(), MARKER_PREFIX + digest.hexdigest()[:20] + PYTHON_TAG)
+
+
+def _target() -> bytes:
+    """What numba compiles for, when not the host: a named instruction level, whose
+    NUMBA_CPU_NAME/FEATURES `isa.apply` sets from it (so the marker is the same before and
+    after, in the run that checks it and the warm-up that writes it), else numba's CPU
+    settings as the user gave them."""
+    from . import isa
+    level = isa.requested()
+    names = NUMBA_TARGET_ENV if level == isa.NATIVE else ()
+    return b"\0".join([level.encode()] + [os.environ.get(n, "").encode() for n in names])
 
 
 def _numba_version() -> Optional[bytes]:

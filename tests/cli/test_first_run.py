@@ -97,6 +97,33 @@ def test_cold_detection_follows_numbas_cache_folder(tmp_path, monkeypatch):
     assert not numba_cache.ready()
 
 
+def test_a_level_is_ready_after_its_own_warm_up(tmp_path, monkeypatch):
+    """At APR_ISA=avx2 the warm-up job marks the cache after `isa.apply` has set numba's
+    CPU name and features from the level, while a run checks the marker before: both
+    must name the same marker (they did not, so every such run took the portable kernels
+    and started another warm-up)."""
+    from apr_native import isa, numba_cache
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"):
+        monkeypatch.delenv(name, raising=False)
+    level = next(name for name in ("avx2", "generic") if name in isa.available())
+    monkeypatch.setenv(isa.ENV, level)
+    assert not numba_cache.ready()
+    # the warm-up job, after isa.apply(): numba's settings derived from the level
+    monkeypatch.setenv("NUMBA_CPU_NAME", isa.LEVELS[level].llvm_cpu)
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", isa.LEVELS[level].llvm_features)
+    numba_cache.mark_ready()
+    for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"):
+        monkeypatch.delenv(name)
+    assert numba_cache.ready()                  # the next run, before isa.apply()
+    monkeypatch.delenv(isa.ENV)                 # the host's own level: another marker
+    assert not numba_cache.ready()
+    monkeypatch.setenv("NUMBA_CPU_NAME", "x86-64")   # numba's CPU set by hand counts there
+    numba_cache.mark_ready()
+    monkeypatch.setenv("NUMBA_CPU_NAME", "x86-64-v2")
+    assert not numba_cache.ready()
+
+
 def test_a_cold_numba_compile_is_announced_once(monkeypatch, capsys):
     """`apr serve`, `--backend numba` and models the simd kernels do not read compile
     numba's kernels in the foreground: one line says so (none with APR_QUIET=1)."""
