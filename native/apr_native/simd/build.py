@@ -57,7 +57,7 @@ def flags(command: Optional[List[str]] = None) -> List[str]:
     march = list(isa.march())
     command = compiler() if command is None else command
     if command and any("ziglang" in part for part in command):
-        march = [flag.replace("-", "_").replace("_march=", "-march=", 1)
+        march = ["-march=" + flag[len("-march="):].replace("-", "_")
                  if flag.startswith("-march=") else flag for flag in march]
     return FLAGS + march
 
