@@ -24,10 +24,9 @@ from typing import Optional
 KERNELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 MARKER_PREFIX = "apr-ready-"
 PYTHON_TAG = ".py%d%d" % sys.version_info[:2]        # as numba's own cache file names
-# Settings that change the machine code numba compiles (its own keys include the target
-# CPU): an instruction level asked for, or numba's CPU name and features set directly.
-TARGET_ENV = ("APR_ISA", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
-NUMBA_TARGET_ENV = TARGET_ENV[1:]
+# numba's CPU name and features, set directly (its own keys include the target CPU); an
+# instruction level asked for ($APR_ISA) sets them itself (`_target`).
+NUMBA_TARGET_ENV = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
 
 
 def package_stamp() -> str:
