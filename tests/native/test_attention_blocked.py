@@ -206,6 +206,41 @@ def test_paged_rows_of_several_sequences(pool_threads):
         start += count
 
 
+@pytest.mark.parametrize("shape", ["smollm2", "qwen2.5"])
+def test_a_sequence_gets_its_own_bits_in_a_batch(shape, pool_threads):
+    """A batch step's rows of each sequence are bit for bit what that sequence's rows
+    give alone: a tile's lanes follow its own rows, not the largest tile's (12 decoding
+    sequences beside a 20-row prompt chunk). Keys stay under 2 x SPLIT_KEYS, where no
+    tile's keys are split."""
+    heads, n_kv, hd = SHAPES[shape]
+    rng = np.random.default_rng(11)
+    block, n_blocks = 16, 13 * 64
+    k_pool = (rng.standard_normal((n_kv, block * n_blocks, hd)) * 3).astype(np.float16)
+    v_pool = rng.standard_normal((n_kv, block * n_blocks, hd)).astype(np.float16)
+    order = rng.permutation(n_blocks).astype(np.int32)
+    lengths = [int(n) for n in rng.integers(2, 2 * paged_attention.SPLIT_KEYS, 12)] + [300]
+    rows = [1] * 12 + [20]
+    tables, q_pos, first = [], [], 0
+    for length, count in zip(lengths, rows):
+        table = np.zeros(-(-2 * paged_attention.SPLIT_KEYS // block), np.int32)
+        used = -(-length // block)
+        table[:used] = order[first:first + used]
+        first += used
+        tables += [table] * count
+        q_pos += list(range(length - count, length))
+    tables, q_pos = np.array(tables), np.array(q_pos, np.int64)
+    q = (rng.standard_normal((len(q_pos), heads, hd)) * 3).astype(np.float32)
+    scale = hd ** -0.5
+    batch = fused_layers.attention_paged(q, k_pool, v_pool, tables, block, q_pos, scale, 0)
+    start = 0
+    for count in rows:
+        own = slice(start, start + count)
+        alone = fused_layers.attention_paged(q[own], k_pool, v_pool, tables[own], block,
+                                             q_pos[own], scale, 0)
+        np.testing.assert_array_equal(batch[own], alone)
+        start += count
+
+
 # ------------------------------------------------------------------ KV types
 
 
