@@ -53,9 +53,24 @@ def test_decoding_hands_over_to_numba_with_numba_alone_tokens(smollm2_gguf):
     assert quick["token_ids"] == alone["token_ids"]
 
 
-def test_a_long_prompt_waits_for_numba(smollm2_gguf):
-    from apr_native.simd.quick_start import QUICK_PROMPT_TOKENS
-    prompt = " ".join("word%d" % i for i in range(QUICK_PROMPT_TOKENS))
-    result, numba = apr_json(smollm2_gguf, prompt, "-n", 1)
-    assert result["prompt_tokens"] > QUICK_PROMPT_TOKENS
-    assert (result["backend"], numba) == ("numba", "NUMBA")
+def quick_limit(path):
+    """The model's `quick_start.prompt_limit`."""
+    from apr_core.model.transformer import Transformer
+    from apr_native.simd.quick_start import prompt_limit
+    return prompt_limit(Transformer.from_path(str(path)))
+
+
+@pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
+def test_a_prompt_past_the_models_limit_waits_for_numba(model, request):
+    """The limit is work (prompt tokens x layer weight bytes): SmolLM2's is past 100
+    tokens, Qwen2.5-0.5B's (3.7x the weights) about 32; a raw prompt one token over it
+    goes to numba, one at it stays on simd."""
+    path = request.getfixturevalue(model)
+    limit = quick_limit(path)
+    assert (100 < limit < 130) if model == "smollm2_gguf" else (28 < limit < 36)
+    for words, backend in ((limit + 8, "numba"), (limit // 2, "simd")):
+        prompt = " ".join(["apple"] * words)
+        result, numba = apr_json(path, prompt, "--raw", "-n", 1)
+        over = result["prompt_tokens"] > limit
+        assert over == (backend == "numba"), result["prompt_tokens"]
+        assert (result["backend"], numba) == (backend, "NUMBA" if over else "NO NUMBA")
