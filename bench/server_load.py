@@ -6,14 +6,16 @@ prompts and max_tokens; and `apr run`'s single-stream decode for reference.
     .venv/bin/python bench/server_load.py [--clients 1,4,16,64] [--max-tokens 64]
         [--model qwen2.5-coder-0.5b] [--peers apr,llama-server,llama-cpp-python]
         [--threads 2] [--max-batch N] [--kv-memory 1G] [--backend numba] [--isa avx2]
-        [--llama-server PATH] [--timeout 900] [--json results.json]
+        [--llama-server PATH] [--sampling greedy|defaults] [--timeout 900] [--json results.json]
 
 apr and llama-cpp-python are started once and run every level (apr with `--max-batch` =
 the most clients, capped at 64); llama-server is started per level as a user would for
 that many clients (`--parallel C -c C*512`; build it once with
 scripts/build_llama_server.sh, else that peer is skipped). Each level begins with one
 warm-up request, then C simultaneous streaming requests through the official `openai`
-client (temperature 0, `stream_options.include_usage`), each asking to count from a
+client (temperature 0, or with `--sampling defaults` no sampling field, so each server
+samples with its defaults: the model's recommended settings or llama-server's, as the
+`openai` client's own defaults get; `stream_options.include_usage`), each asking to count from a
 different number (long, distinct answers), bounded by `--max-tokens` and by `--timeout`.
 A stream that fails, or ends without a finish_reason, or has not ended by the timeout,
 counts as an error. Aggregate tok/s is the completion tokens received (the usage the
@@ -61,12 +63,13 @@ def llama_cpp_python_env(args):
     return dict(os.environ, **isa_peers.child_env("llama.cpp", args.isa))
 
 
-async def one_stream(client, model, question, max_tokens, t0):
+async def one_stream(client, model, question, max_tokens, t0, greedy=True):
     """One streamed chat request: time to first token and to the end (from t0), completion
-    tokens, whether the server reported them, whether the stream finished."""
+    tokens, whether the server reported them, whether the stream finished. `greedy`:
+    temperature 0, else no sampling field at all (the server's defaults)."""
     stream = await client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": question}],
-        max_tokens=max_tokens, temperature=0, stream=True,
+        max_tokens=max_tokens, temperature=0 if greedy else openai.NOT_GIVEN, stream=True,
         stream_options={"include_usage": True})
     ttft, usage, pieces, finished = None, None, 0, False
     async for chunk in stream:
@@ -94,16 +97,16 @@ def openai_client(base, connections, timeout):
                                   limits=limits, timeout=timeout))
 
 
-async def load(base, model, clients, max_tokens, timeout):
+async def load(base, model, clients, max_tokens, timeout, greedy=True):
     # The warm-up's connection is not reused: a server may close it after the stream
     # (llama-server does), and every client of the load opens its own anyway.
     async with openai_client(base, 1, timeout) as client:
         await asyncio.wait_for(one_stream(client, model, PROMPT.format(1, 300), max_tokens,
-                                          time.perf_counter()), timeout)
+                                          time.perf_counter(), greedy), timeout)
     async with openai_client(base, clients, timeout) as client:
         t0 = time.perf_counter()
         tasks = [asyncio.ensure_future(one_stream(
-            client, model, PROMPT.format(7 * i + 2, 7 * i + 302), max_tokens, t0))
+            client, model, PROMPT.format(7 * i + 2, 7 * i + 302), max_tokens, t0, greedy))
             for i in range(clients)]
         done, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:
@@ -134,7 +137,7 @@ def measure(name, base, model, clients, args, sampler, log):
     sampler.peak = sampler.rss()
     try:
         results, failures, wall = asyncio.run(load(base, model, clients, args.max_tokens,
-                                                   args.timeout))
+                                                   args.timeout, args.sampling == "greedy"))
     except Exception as exc:    # the warm-up request itself failed
         results, failures, wall = [], ["warm-up: {}: {}".format(type(exc).__name__, exc)
                                        [:300]] * clients, float("nan")
@@ -230,6 +233,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="1,4,16,64", help="concurrency levels")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--sampling", choices=("greedy", "defaults"), default="greedy",
+                        help="temperature 0, or no sampling field (each server's defaults)")
     parser.add_argument("--timeout", type=float, default=900,
                         help="seconds: for a server to be ready, and per level")
     parser.add_argument("--model", default="qwen2.5-coder-0.5b",

@@ -112,10 +112,8 @@ def apply_penalties(logits: np.ndarray, history: Sequence[int], repetition: floa
 
 
 def _mask_outside(logits: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    out = np.array(logits, np.float64)
-    drop = np.ones(out.shape, bool)
-    drop[keep] = False
-    out[drop] = NEG_INF
+    out = np.full(np.shape(logits), NEG_INF)
+    out[keep] = np.asarray(logits, np.float64)[keep]
     return out
 
 
@@ -126,11 +124,15 @@ def _sorted_probs(logits: np.ndarray):
 
 
 def top_k_filter(logits: np.ndarray, k: int) -> np.ndarray:
-    """Keep the `k` highest logits (ties broken by lower id); k <= 0 keeps all."""
+    """Keep the `k` highest logits (ties broken by lower id); k <= 0 keeps all. A
+    partition, not a sort: linear in the vocabulary (a 152k-token sort took ~12 ms)."""
     if k <= 0 or k >= logits.shape[-1]:
         return np.array(logits, np.float64)
-    order = np.argsort(-np.asarray(logits, np.float64), kind="stable")
-    return _mask_outside(logits, order[:k])
+    z = np.asarray(logits, np.float64)
+    kth = np.partition(z, z.size - k)[z.size - k]               # the k-th highest value
+    above = np.nonzero(z > kth)[0]
+    ties = np.nonzero(z == kth)[0][:k - above.size]             # lowest ids first
+    return _mask_outside(logits, np.concatenate([above, ties]))
 
 
 def top_p_filter(logits: np.ndarray, p: float) -> np.ndarray:
@@ -223,7 +225,9 @@ class Sampler:
             token, self.mu = mirostat_v1(z / c.temperature, self.mu, c.mirostat_tau,
                                          c.mirostat_eta, self.draw)
             return token
-        return self.draw(self._filtered_probs(z))
+        ids, probs = self._candidates(z)
+        token = self.draw(probs)
+        return token if ids is None else int(ids[token])
 
     @property
     def stateless(self) -> bool:
@@ -268,10 +272,35 @@ class Sampler:
         return z
 
     def _filtered_probs(self, z: np.ndarray) -> np.ndarray:
-        """The truncation stages and temperature in chain order -> probabilities."""
+        """The truncation stages and temperature in chain order -> probabilities `[n]`."""
+        ids, probs = self._candidates(z)
+        if ids is None:
+            return probs
+        whole = np.zeros(z.size, np.float64)
+        whole[ids] = probs
+        return whole
+
+    def _candidates(self, z: np.ndarray) -> Tuple[Optional[np.ndarray], np.ndarray]:
+        """`_filtered_probs` as (the surviving ids, ascending, their probabilities), or
+        (None, probabilities `[n]`) when nothing was dropped.
+
+        Once a stage has dropped tokens the later ones run on the survivors alone (in id
+        order, so "lower id" tie rules hold): with top-k 40 first (llama-server's chain)
+        the other stages sort 40 values, not the vocabulary (Qwen2.5's 152k: ~30 ms a
+        token before), and `draw`'s running sum over them is the one over the whole
+        vector (the dropped tokens add exact zeros). Dropped tokens have probability 0
+        in every stage but tail-free sampling, whose curvature reads the zero tail: with
+        it on the vector stays whole."""
         c = self.config
         temperature = 1.0
+        ids: Optional[np.ndarray] = None            # the survivors' ids, once compacted
+        compact = c.tfs_z >= 1.0
         for stage in c.samplers:
+            if compact:
+                alive = z > NEG_INF
+                if alive.any() and not alive.all():
+                    ids = np.nonzero(alive)[0] if ids is None else ids[alive]
+                    z = z[alive]
             if stage == "top_k":
                 z = top_k_filter(z, c.top_k)
             elif stage == "tfs_z":
@@ -287,7 +316,7 @@ class Sampler:
             elif stage == "temperature" and temperature == 1.0:
                 temperature = c.temperature
                 z = z / temperature
-        return softmax(z)
+        return ids, softmax(z)
 
     def _mirostat_v2(self, z: np.ndarray) -> int:
         """Mirostat v2: drop tokens more surprising than mu bits, draw, then move mu

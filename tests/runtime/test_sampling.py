@@ -37,6 +37,35 @@ def test_top_k_keeps_the_k_largest():
     assert kept(top_k_filter(LOGITS, 0)) == list(range(6))
 
 
+@pytest.mark.parametrize("k", [1, 5, 13, 40, 99])
+def test_top_k_with_ties_at_the_cut_keeps_the_lowest_ids(k):
+    """Many equal logits around the k-th: the same survivors as a stable sort's first k
+    (the definition; the filter partitions instead of sorting)."""
+    rng = np.random.default_rng(k)
+    logits = rng.integers(-6, 6, 400).astype(np.float64)          # ~33 of each value
+    logits[rng.integers(0, 400, 20)] = -np.inf
+    expected = sorted(np.argsort(-logits, kind="stable")[:k].tolist())
+    assert kept(top_k_filter(logits, k)) == expected
+
+
+@pytest.mark.parametrize("config", [
+    dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),          # llama-server's
+    dict(temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05),  # Qwen2.5's
+    dict(temperature=1.0, top_k=0, top_p=0.9), dict(temperature=1.0, tfs_z=0.95, top_k=50)])
+def test_a_draw_is_the_inverse_cdf_of_the_distribution(config):
+    """The sampler draws from the survivors of its truncation stages alone: the token is
+    the one an inverse-CDF draw over the whole `distribution` with the same seed picks."""
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal(5000) * 3).astype(np.float32)
+    history = rng.integers(0, 5000, 64).tolist()
+    for seed in range(30):
+        got = Sampler(SamplerConfig(seed=seed, **config))(logits, history)
+        reference = Sampler(SamplerConfig(seed=seed, **config))
+        probs = reference.distribution(logits, history)
+        assert probs[got] > 0
+        assert got == reference.draw(probs)
+
+
 def test_top_p_keeps_the_smallest_set_reaching_p():
     probs = [0.05, 0.4, 0.25, 0.2, 0.1]
     assert kept(top_p_filter(logits_for(probs), 0.6)) == [1, 2]     # 0.65 >= 0.6
