@@ -48,6 +48,18 @@ def test_top_k_with_ties_at_the_cut_keeps_the_lowest_ids(k):
     assert kept(top_k_filter(logits, k)) == expected
 
 
+@pytest.mark.parametrize("scale,p", [(0.5, 0.9), (3.0, 0.95), (8.0, 0.5), (0.0, 0.3)])
+def test_top_p_over_a_large_vocabulary_is_the_stable_sort_definition(scale, p):
+    """Peaked, flat and all-equal distributions over 20k tokens (rounded logits: ties
+    everywhere): the survivors of a most-likely-first stable sort's running sum."""
+    rng = np.random.default_rng(int(scale * 10))
+    logits = np.round(rng.standard_normal(20000) * scale, 1)
+    probs = softmax(logits)
+    order = np.argsort(-probs, kind="stable")
+    n_keep = int(np.searchsorted(np.cumsum(probs[order]), p, side="left")) + 1
+    assert kept(top_p_filter(logits, p)) == sorted(order[:n_keep].tolist())
+
+
 @pytest.mark.parametrize("config", [
     dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),          # llama-server's
     dict(temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05),  # Qwen2.5's
