@@ -207,10 +207,12 @@ def test_paged_rows_of_several_sequences(pool_threads):
 
 
 @pytest.mark.parametrize("shape", ["smollm2", "qwen2.5"])
-def test_a_sequence_gets_its_own_bits_in_a_batch(shape, pool_threads):
+@pytest.mark.parametrize("rows", [[1] * 12, [5, 40, 17, 2]], ids=["decoding", "prompts"])
+def test_a_sequence_gets_its_own_bits_in_a_batch(shape, rows, pool_threads):
     """A batch step's rows of each sequence are bit for bit what that sequence's rows
-    give alone: a tile's lanes follow its own rows, not the largest tile's (12 decoding
-    sequences beside a 20-row prompt chunk). Keys stay under 2 x SPLIT_KEYS, where no
+    give alone: 12 decoding sequences (one-row tiles take a lone decode row's packed
+    lanes, not the lanes of 12 rows), and prompt chunks of several sequences (unpacked
+    lanes, the same arithmetic at any width). Keys stay under 2 x SPLIT_KEYS, where no
     tile's keys are split."""
     heads, n_kv, hd = SHAPES[shape]
     rng = np.random.default_rng(11)
@@ -218,8 +220,7 @@ def test_a_sequence_gets_its_own_bits_in_a_batch(shape, pool_threads):
     k_pool = (rng.standard_normal((n_kv, block * n_blocks, hd)) * 3).astype(np.float16)
     v_pool = rng.standard_normal((n_kv, block * n_blocks, hd)).astype(np.float16)
     order = rng.permutation(n_blocks).astype(np.int32)
-    lengths = [int(n) for n in rng.integers(2, 2 * paged_attention.SPLIT_KEYS, 12)] + [300]
-    rows = [1] * 12 + [20]
+    lengths = [int(n) for n in rng.integers(40, 2 * paged_attention.SPLIT_KEYS, len(rows))]
     tables, q_pos, first = [], [], 0
     for length, count in zip(lengths, rows):
         table = np.zeros(-(-2 * paged_attention.SPLIT_KEYS // block), np.int32)

@@ -123,30 +123,33 @@ def packing(mp, m_real, hd):
 
 
 @njit(cache=True)
-def parts_lanes(items, group):
-    """The lanes of a `parts` row (its column stride): `lanes` of the largest tile."""
+def call_lanes(items, group):
+    """MP of a call, from its largest tile (not from all its rows):
+    - only one-row tiles (decoding, alone or a batch step of many sequences): a lone
+      decode row's lanes (16, packed), so each row gets the bits it gets alone (16
+      one-row tiles of Qwen2.5, 7 query vectors each, had been padded to 16 rows' 128
+      lanes: 40x one tile's time);
+    - a tile of several rows (a prompt chunk, a speculative verification): unpacked
+      lanes, at least 32, for every tile of the call. Their per-vector arithmetic is the
+      same at any MP, so such rows get the same bits however they are cut into tiles,
+      calls and batches (a decoding row beside a prompt chunk takes them too: float32
+      within the bound, not its lone bits)."""
     rows = 1
     for it in range(items.shape[0]):
         rows = max(rows, items[it, IT_T1] - items[it, IT_T0])
-    return lanes(group, rows)
+    return lanes(group, 1) if rows == 1 else max(32, lanes(group, rows))
 
 
 @njit(cache=True)
 def run_item(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window, scale,
-             items, it, parts, part_mp):
+             items, it, parts, mp):
     """Item `it` of `items` (module docstring): into `out [T, H, hd]`, or its `parts` row
-    (`part_mp` columns a row, `parts_lanes`).
-
-    The tile's lanes are its own (`lanes` of its rows), not the call's largest tile's: a
-    batch step's one-row tiles (one per sequence) pad 7 query vectors to 16 as a lone
-    decode row does, not to the 16 rows' 128 (the same bits as alone, and 8x fewer lanes:
-    16 one-row tiles of Qwen2.5 at 64 keys took 1.2 ms a layer, 40x one tile)."""
+    (`call_lanes` MP)."""
     heads, hd = q.shape[1], q.shape[2]
     n_kv, n_slots, row_b = k_bytes.shape
     group = heads // n_kv
     kv, t0, t1 = items[it, IT_KV], items[it, IT_T0], items[it, IT_T1]
     m_real = (t1 - t0) * group
-    mp = lanes(group, t1 - t0)
     r = packing(mp, m_real, hd)
     rows = hd // r                                  # scratch rows: lane m r + x of row c
     qt = np.zeros(rows * mp, F32)                   # [hd / r, MP] holds feature c r + x
@@ -195,11 +198,11 @@ def run_item(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, windo
     part = items[it, IT_PART]
     for m in range(m_real):
         lane = m * r
-        if part >= 0:           # unnormalized, unpacked: [hd, part_mp] column m, max, sum
+        if part >= 0:           # unnormalized, unpacked: [hd, MP] column m, max, sum
             for d in range(hd):
-                parts[part, d * part_mp + m] = ot[(d // r) * mp + lane + d % r]
-            parts[part, hd * part_mp + m] = mx[lane]
-            parts[part, hd * part_mp + part_mp + m] = total[lane]
+                parts[part, d * mp + m] = ot[(d // r) * mp + lane + d % r]
+            parts[part, hd * mp + m] = mx[lane]
+            parts[part, hd * mp + mp + m] = total[lane]
             continue
         t, h = t0 + m // group, kv * group + m % group
         inv = F32(1.0) / total[lane]
@@ -219,7 +222,7 @@ def run_items(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, wind
 @njit(cache=True)
 def merge_parts(items, parts, out, group, mp):
     """Combine the split-K parts of each (KV head, tile) into `out [T, H, hd]`: weights
-    e^(max_part - max) in float64; `mp` the parts' columns (`parts_lanes`)."""
+    e^(max_part - max) in float64."""
     hd = out.shape[2]
     n = items.shape[0]
     acc = np.zeros(hd, np.float64)
@@ -292,5 +295,6 @@ def contiguous_tables(rows: int) -> np.ndarray:
     return np.zeros((rows, 1), np.int32)
 
 
-__all__ = ["plan", "parts_lanes", "run_item", "run_items", "merge_parts", "describe", "run_described",
-           "lanes", "contiguous_tables", "R_TILE", "KB", "SPLIT_KEYS", "ITEM_COLS"]
+__all__ = ["plan", "call_lanes", "run_item", "run_items", "merge_parts", "describe",
+           "run_described", "lanes", "contiguous_tables", "R_TILE", "KB", "SPLIT_KEYS",
+           "ITEM_COLS"]

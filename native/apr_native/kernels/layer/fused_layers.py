@@ -29,7 +29,7 @@ from numba import njit
 from apr_core.model import fused
 
 from .. import cpu, pool
-from ..attention.paged_attention import (contiguous_tables, describe, merge_parts, parts_lanes,
+from ..attention.paged_attention import (call_lanes, contiguous_tables, describe, merge_parts,
                                          plan, run_items)
 from ..attention.kv_rows import KV_Q4_0, KV_Q8_0, QK, as_bytes, encode_row, kind_code, rotate_rows
 from ..vector.fastexp import silu_mul_inplace
@@ -169,7 +169,7 @@ def attention_into(ctl, task, fargs, q, k_bytes, v_bytes, kind, n_keys, tables, 
         rotate_rows(q, np.float32(1.0 / QK))               # (H q / 32) . (H k) = q . k
     group = q.shape[1] // k_bytes.shape[0]
     items, n_parts = plan(q_pos, tables, k_bytes.shape[0], n_keys, window, chunks // 2)
-    mp = parts_lanes(items, group)                       # the parts' columns
+    mp = call_lanes(items, group)
     parts = np.empty((n_parts, (q.shape[2] + 2) * mp), np.float32)
     if chunks > 0 and items.shape[0] > 1:
         desc = describe(q, k_bytes, v_bytes, kind, out, q_pos, tables, block, n_keys, window,
