@@ -174,6 +174,20 @@ def test_blocked_kernel_on_quantized_caches(kind, tokens, n_keys, window, pool_t
     assert (np.abs(got.astype(np.float64) - ref) <= bound).all()
 
 
+def scattered_tables(lengths, rows, order, block, columns):
+    """`(tables [R, columns] int32, q_pos [R])` for sequences of `lengths` keys computing
+    their last `rows` positions, their blocks taken in turn from `order`."""
+    tables, q_pos, first = [], [], 0
+    for length, count in zip(lengths, rows):
+        table = np.zeros(columns, np.int32)
+        used = -(-length // block)
+        table[:used] = order[first:first + used]
+        first += used
+        tables += [table] * count
+        q_pos += list(range(length - count, length))
+    return np.array(tables), np.array(q_pos, np.int64)
+
+
 def test_paged_rows_of_several_sequences(pool_threads):
     """A batch step: rows of three sequences with scattered blocks of 16 slots, each
     attending to its own keys only."""
@@ -184,15 +198,7 @@ def test_paged_rows_of_several_sequences(pool_threads):
     v_pool = rng.standard_normal((n_kv, block * n_blocks, hd)).astype(np.float32)
     order = rng.permutation(n_blocks).astype(np.int32)
     lengths, rows = [200, 45, 130], [1, 45, 7]           # decode, whole prompt, a chunk
-    tables, q_pos, first = [], [], 0
-    for length, count in zip(lengths, rows):
-        table = np.zeros(16, np.int32)
-        used = -(-length // block)
-        table[:used] = order[first:first + used]
-        first += used
-        tables += [table] * count
-        q_pos += list(range(length - count, length))
-    tables, q_pos = np.array(tables), np.array(q_pos, np.int64)
+    tables, q_pos = scattered_tables(lengths, rows, order, block, 16)
     q = (rng.standard_normal((len(q_pos), heads, hd)) * 3).astype(np.float32)
     ref = fused.attention_paged(q, k_pool, v_pool, tables, block, q_pos, hd ** -0.5, 0)
     got = fused_layers.attention_paged(q, k_pool, v_pool, tables, block, q_pos, hd ** -0.5, 0)
@@ -221,15 +227,8 @@ def test_a_sequence_gets_its_own_bits_in_a_batch(shape, rows, pool_threads):
     v_pool = rng.standard_normal((n_kv, block * n_blocks, hd)).astype(np.float16)
     order = rng.permutation(n_blocks).astype(np.int32)
     lengths = [int(n) for n in rng.integers(40, 2 * paged_attention.SPLIT_KEYS, len(rows))]
-    tables, q_pos, first = [], [], 0
-    for length, count in zip(lengths, rows):
-        table = np.zeros(-(-2 * paged_attention.SPLIT_KEYS // block), np.int32)
-        used = -(-length // block)
-        table[:used] = order[first:first + used]
-        first += used
-        tables += [table] * count
-        q_pos += list(range(length - count, length))
-    tables, q_pos = np.array(tables), np.array(q_pos, np.int64)
+    tables, q_pos = scattered_tables(lengths, rows, order, block,
+                                     -(-2 * paged_attention.SPLIT_KEYS // block))
     q = (rng.standard_normal((len(q_pos), heads, hd)) * 3).astype(np.float32)
     scale = hd ** -0.5
     batch = fused_layers.attention_paged(q, k_pool, v_pool, tables, block, q_pos, scale, 0)
