@@ -7,10 +7,10 @@ QUICK_PROMPT_WORK prompt tokens x bytes of layer weights) on the natively built 
 kernels (backend "simd", loaded in milliseconds) and switches to numba (`upgrade`) before
 the first decode step, or before a longer prompt (the simd prefill is ~2-4x slower per
 token than numba's, so past that work numba's load pays for itself). The switch happens at
-that fixed point of a generation, never when
-a background load happens to finish, so a run's tokens do not depend on timing. Both
-compute the prompt to float32 precision (the simd kernels' exact activation split; numba's
-float products), and the scheduler prefills numba's `uniform_rows` from the start.
+that fixed point of a generation, never when a background load happens to finish, so a
+run's tokens do not depend on timing. Both compute the prompt to float32 precision (the
+simd kernels' exact activation split; numba's float products), and the scheduler prefills
+numba's `uniform_rows` from the start.
 
 When numba's cache is cold (a first run on this machine: compiling its kernels takes ~2
 minutes, the simd library seconds) the kernels are `portable`: the whole process stays on
