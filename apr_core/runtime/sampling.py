@@ -201,6 +201,16 @@ def tail_free_filter(logits: np.ndarray, z: float) -> np.ndarray:
     return _mask_outside(logits, order[:max(1, min(n_keep, order.size))])
 
 
+def _survivors(ids: Optional[np.ndarray], z: np.ndarray
+               ) -> Tuple[Optional[np.ndarray], np.ndarray]:
+    """(ids, z) without z's -inf entries (`ids`: the ids of z's entries, None for all of
+    them), or as they are when none or all are -inf."""
+    alive = z > NEG_INF
+    if not alive.any() or alive.all():
+        return ids, z
+    return (np.nonzero(alive)[0] if ids is None else ids[alive]), z[alive]
+
+
 class Sampler:
     """Stateful sampler: the RNG (seeded by `config.seed`) and Mirostat's running mu.
     `breakers`: the ids of DRY's sequence-breaker tokens (`dry.breaker_ids`)."""
@@ -312,14 +322,9 @@ class Sampler:
         it on the vector stays whole."""
         c = self.config
         temperature = 1.0
-        ids: Optional[np.ndarray] = None            # the survivors' ids, once compacted
         compact = c.tfs_z >= 1.0
+        ids, z = _survivors(None, z) if compact else (None, z)  # -inf from bias or DRY
         for stage in c.samplers:
-            if compact:
-                alive = z > NEG_INF
-                if alive.any() and not alive.all():
-                    ids = np.nonzero(alive)[0] if ids is None else ids[alive]
-                    z = z[alive]
             if stage == "top_k":
                 z = top_k_filter(z, c.top_k)
             elif stage == "tfs_z":
@@ -332,9 +337,13 @@ class Sampler:
                 z = min_p_filter(z, c.min_p)
             elif stage == "xtc" and c.xtc_probability > 0.0:
                 z = xtc_filter(z, c.xtc_probability, c.xtc_threshold, self.rng)
-            elif stage == "temperature" and temperature == 1.0:
-                temperature = c.temperature
-                z = z / temperature
+            else:
+                if stage == "temperature" and temperature == 1.0:
+                    temperature = c.temperature
+                    z = z / temperature
+                continue                            # nothing dropped: nothing to compact
+            if compact:
+                ids, z = _survivors(ids, z)
         return ids, softmax(z)
 
     def _mirostat_v2(self, z: np.ndarray) -> int:
