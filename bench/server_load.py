@@ -6,7 +6,8 @@ prompts and max_tokens; and `apr run`'s single-stream decode for reference.
     .venv/bin/python bench/server_load.py [--clients 1,4,16,64] [--max-tokens 64]
         [--model qwen2.5-coder-0.5b] [--peers apr,llama-server,llama-cpp-python]
         [--threads 2] [--max-batch N] [--kv-memory 1G] [--backend numba] [--isa avx2]
-        [--llama-server PATH] [--sampling greedy|defaults] [--timeout 900] [--json results.json]
+        [--llama-server PATH] [--sampling greedy|defaults] [--timeout 900]
+        [--json results.json]
 
 apr and llama-cpp-python are started once and run every level (apr with `--max-batch` =
 the most clients, capped at 64); llama-server is started per level as a user would for
@@ -14,9 +15,10 @@ that many clients (`--parallel C -c C*512`; build it once with
 scripts/build_llama_server.sh, else that peer is skipped). Each level begins with one
 warm-up request, then C simultaneous streaming requests through the official `openai`
 client (temperature 0, or with `--sampling defaults` no sampling field, so each server
-samples with its defaults: the model's recommended settings or llama-server's, as the
-`openai` client's own defaults get; `stream_options.include_usage`), each asking to count from a
-different number (long, distinct answers), bounded by `--max-tokens` and by `--timeout`.
+samples with its defaults, the model's recommended settings or llama-server's, as the
+`openai` client's own defaults get; `stream_options.include_usage`), each asking to count
+from a different number (long, distinct answers), bounded by `--max-tokens` and by
+`--timeout`.
 A stream that fails, or ends without a finish_reason, or has not ended by the timeout,
 counts as an error. Aggregate tok/s is the completion tokens received (the usage the
 server reports, else the content chunks) over the wall time from the requests being

@@ -248,6 +248,12 @@ class Transformer:
             m = _norm(self.kernels, norms["post_ffn_norm"], m)
         return x + m
 
+    def layer_weight_bytes(self) -> int:
+        """Bytes of the layers' projection weights, each weight once: what every token of
+        a pass reads (the LM head is apart; a prompt needs one of its rows)."""
+        return sum({id(l): l.nbytes for b in self.blocks for l in b.linears.values()
+                    if l is not None}.values())
+
     def memory_report(self) -> Dict[str, int]:
         """Bytes held by projection weights, split by quantized vs dense storage."""
         seen: Dict[int, Linear] = {}

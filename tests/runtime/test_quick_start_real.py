@@ -63,8 +63,8 @@ def quick_limit(path):
 @pytest.mark.parametrize("model", ["smollm2_gguf", "qwen_gguf"])
 def test_a_prompt_past_the_models_limit_waits_for_numba(model, request):
     """The limit is work (prompt tokens x layer weight bytes): SmolLM2's is past 100
-    tokens, Qwen2.5-0.5B's (3.7x the weights) about 32; a raw prompt one token over it
-    goes to numba, one at it stays on simd."""
+    tokens, Qwen2.5-0.5B's (3.7x the weights) about 32; a raw prompt past it goes to
+    numba, one of half its length stays on simd."""
     path = request.getfixturevalue(model)
     limit = quick_limit(path)
     assert (100 < limit < 130) if model == "smollm2_gguf" else (28 < limit < 36)

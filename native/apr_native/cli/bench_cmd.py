@@ -76,9 +76,7 @@ def _apr_runner(path: str, opts: Dict[str, Any]) -> Runner:
 def decode_weight_bytes(transformer: Any) -> int:
     """Weight bytes a decode step reads: every layer's projections and the LM head (the
     embedding gives one row, unless it is the LM head too)."""
-    linears = [l for block in transformer.blocks for l in block.linears.values()
-               if l is not None] + [transformer.lm_head]
-    return sum({id(l): l.nbytes for l in linears}.values())
+    return transformer.layer_weight_bytes() + transformer.lm_head.nbytes
 
 
 def _llama_cpp_runner(path: str, opts: Dict[str, Any]) -> Runner:

@@ -36,15 +36,9 @@ from .kernels import BACKEND
 QUICK_PROMPT_WORK = 8 * 10 ** 9
 
 
-def layer_bytes(transformer: Any) -> int:
-    """Bytes of the weights of every projection of the model's layers."""
-    return sum(linear.nbytes for block in getattr(transformer, "blocks", ())
-               for linear in block.linears.values() if linear is not None)
-
-
 def prompt_limit(transformer: Any) -> int:
     """The longest prompt a quick start computes on the simd kernels for this model."""
-    return QUICK_PROMPT_WORK // max(layer_bytes(transformer), 1)
+    return QUICK_PROMPT_WORK // max(transformer.layer_weight_bytes(), 1)
 
 
 class QuickStartKernels(registry.Kernels):
